@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install the system packages infer-stream needs (Debian 12). Safe to rerun:
+# apt is only touched when a package is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+PKGS=(
+  # build: bindgen for ffmpeg-sys-next / gstreamer-sys
+  pkg-config clang libclang-dev
+  # FFmpeg (decode backend) and its dev headers
+  ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
+  libswresample-dev libavfilter-dev libavdevice-dev
+  # GStreamer (optional second decode backend)
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-libav
+  # sample generation (fonts for drawtext, speech/audio tools), scripting
+  fonts-dejavu-core espeak-ng sox jq curl ca-certificates
+)
+
+# dpkg-query prints "name status" for known packages; anything not
+# "installed" (or unknown to dpkg) counts as missing.
+installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PKGS[@]}" 2>/dev/null \
+  | awk '$2 == "installed" { print $1 }' || true)
+missing=()
+for p in "${PKGS[@]}"; do
+  grep -qxF "$p" <<<"$installed" || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  log "system packages: all ${#PKGS[@]} already installed"
+  exit 0
+fi
+
+log "installing ${#missing[@]} package(s): ${missing[*]}"
+as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+as_root env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+log "system packages: done"

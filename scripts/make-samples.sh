@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Generate deterministic sample media + ground truth under samples/ with the
+# system ffmpeg (see samples/README.md). Skips when every output exists and is
+# newer than this script; `--force` regenerates.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+OUTS=()
+for clip in text-720p.mp4 eval-720p.mp4 clip-1080p.mkv clip.webm; do
+  OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
+done
+OUTS+=(samples/not-media.mp4 samples/truncated.mp4)
+
+if [[ ${1:-} != --force ]]; then
+  fresh=1
+  for f in "${OUTS[@]}"; do [[ $f -nt scripts/make-samples.sh ]] || fresh=0; done
+  if ((fresh)); then log "samples: up to date"; exit 0; fi
+fi
+
+command -v ffmpeg >/dev/null || die "ffmpeg not found (run scripts/install-deps.sh)"
+[[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ]] \
+  || die "DejaVu fonts not found (run scripts/install-deps.sh)"
+mkdir -p samples
+
+python3 - <<'PY'
+import json, os, re, subprocess
+
+FONTS = "/usr/share/fonts/truetype/dejavu/"
+BOLD, SANS, SERIF, MONO = "DejaVuSans-Bold", "DejaVuSans", "DejaVuSerif-Bold", "DejaVuSansMono-Bold"
+# text/box styles: (fontcolor, box colour or None, border colour or None)
+WB, BW = ("white", "black", None), ("black", "white", None)          # boxes
+YB, CK = ("yellow", "0x1A2A6C", None), ("cyan", "0x202020", None)
+KO, GW = ("black", "0xFFA500", None), ("white", "0x1B7F3A", None)
+RW, WK = ("red", None, "white"), ("white", None, "black")            # outlined
+
+def T(text, size, x, y, style, font=BOLD):
+    return dict(text=text, size=size, x=x, y=y, style=style, font=font)
+
+# Each clip: size, fps, frames, segment length in frames, background and,
+# per segment, the strings drawn: T(text, font px, x, y, style[, font]).
+CLIPS = {
+  "text-720p.mp4": dict(w=1280, h=720, fps=10, frames=100, seg=25,
+    bg=("0x203A5C", "0x5C8FB0", "0xE0C080", 1), segments=[
+      [T("HELLO WORLD", 72, 80, 80, WB), T("Stream", 48, 900, 230, BW),
+       T("OPEN 24 HOURS", 56, 300, 560, WB)],
+      [T("Video Inference", 60, 120, 300, BW), T("EXIT", 72, 1000, 80, WB),
+       T("Platform 9", 48, 700, 600, BW), T("rust", 40, 60, 620, WB)],
+      [T("ONNX RUNTIME", 64, 400, 120, WB), T("Text Detection", 52, 100, 450, BW),
+       T("SALE", 72, 950, 500, WB)],
+      [T("NO PARKING", 64, 80, 100, WB), T("Frame by frame", 56, 500, 300, BW),
+       T("42", 72, 1100, 140, BW), T("Welcome", 48, 150, 600, BW),
+       T("Quick Brown Fox", 44, 760, 620, WB)],
+    ]),
+  "eval-720p.mp4": dict(w=1280, h=720, fps=10, frames=300, seg=50,
+    bg=("0x3C1F4A", "0x9A5B6E", "0x406E3C", 7), segments=[
+      [T("Morning News", 66, 560, 60, YB, SERIF), T("GATE B12", 50, 90, 330, CK, MONO),
+       T("Fresh Coffee", 42, 820, 590, RW, SANS)],
+      [T("LIMITED EDITION", 58, 240, 200, KO), T("Main Street", 46, 40, 40, WK, SANS),
+       T("Departures", 70, 700, 470, GW, SERIF), T("Library", 42, 150, 620, CK)],
+      [T("CLOSED", 70, 920, 40, RW), T("Pizza Slice", 50, 420, 380, YB, SANS),
+       T("Track 7", 58, 60, 560, KO, MONO)],
+      [T("Summer Festival", 62, 330, 110, GW, SERIF), T("PUSH", 46, 1120, 610, WK),
+       T("North Entrance", 42, 70, 470, YB, SANS), T("Chapter Three", 50, 720, 330, CK, SERIF),
+       T("Tickets", 66, 90, 240, KO)],
+      [T("Speed Limit 50", 54, 600, 600, RW, MONO), T("Museum", 70, 140, 130, WK, SERIF),
+       T("Harbor View", 46, 800, 90, GW, SANS)],
+      [T("WiFi Zone", 62, 380, 290, YB), T("Bakery", 42, 1060, 380, CK, SANS),
+       T("Level 3", 50, 60, 600, GW, MONO), T("Good Night", 58, 690, 560, WK, SERIF)],
+    ]),
+  "clip-1080p.mkv": dict(w=1920, h=1080, fps=10, frames=30, seg=30,
+    bg=("0x10403A", "0x7AA0C8", "0x303030", 3), segments=[
+      [T("FULL HD", 72, 200, 150, WB), T("Matroska Container", 64, 700, 520, BW),
+       T("Sample Clip", 48, 1300, 900, WB)],
+    ]),
+  "clip.webm": dict(w=640, h=360, fps=10, frames=20, seg=20,
+    bg=("0x502020", "0xC09060", "0x204060", 5), segments=[
+      [T("WebM", 48, 60, 50, WB), T("Small Video", 40, 260, 250, BW)],
+    ]),
+}
+ENCODE = {  # container -> encoder options (single-threaded for bit-exact output)
+  "mp4": ["-c:v", "libx264", "-threads", "1", "-preset", "veryfast", "-crf", "20", "-g", "20",
+          "-movflags", "+faststart", "-f", "mp4"],
+  "mkv": ["-c:v", "libx264", "-threads", "1", "-preset", "veryfast", "-crf", "20", "-g", "20",
+          "-f", "matroska"],
+  "webm": ["-c:v", "libvpx-vp9", "-threads", "1", "-row-mt", "0", "-deadline", "good",
+           "-cpu-used", "5", "-crf", "32", "-b:v", "0", "-g", "20", "-f", "webm"],
+}
+
+def drawtext(t, measure=False):
+    assert re.fullmatch(r"[A-Za-z0-9 ]+", t["text"]), t["text"]
+    fg, box, border = t["style"]
+    opts = [f"fontfile={FONTS}{t['font']}.ttf", f"text='{t['text']}'",
+            f"fontsize={t['size']}", f"x={t['x']}", f"y={t['y']}"]
+    if border:
+        opts += ["borderw=3", f"bordercolor={'white' if measure else border}"]
+    opts.append(f"fontcolor={'white' if measure else fg}")
+    if box and not measure:
+        opts += ["box=1", f"boxcolor={box}", "boxborderw=12"]
+    return "drawtext=" + ":".join(opts)
+
+def measure(c, texts):
+    """Exact glyph bounds: draw each string alone (white, no box) on a black
+    gray canvas, one frame per string; bbox of pixels != background.
+    Returns [x0, y0, x1, y1) per string (x1/y1 exclusive)."""
+    w, h = c["w"], c["h"]
+    chain = ",".join(f"{drawtext(t, True)}:enable='eq(n,{i})'" for i, t in enumerate(texts))
+    raw = subprocess.run(
+        ["ffmpeg", "-nostdin", "-v", "error", "-f", "lavfi", "-i", f"color=c=black:s={w}x{h}:r=1",
+         "-vf", f"format=gray,{chain}", "-frames:v", str(len(texts)), "-f", "rawvideo",
+         "-pix_fmt", "gray", "-"], check=True, capture_output=True).stdout
+    assert len(raw) == w * h * len(texts)
+    boxes = []
+    for i in range(len(texts)):
+        frame = raw[i * w * h:(i + 1) * w * h]
+        bg = frame[0:1]
+        rows = [y for y in range(h) if frame[y * w:(y + 1) * w].strip(bg)]
+        assert rows, f"nothing drawn for {texts[i]['text']!r}"
+        x0 = min(w - len(frame[y * w:(y + 1) * w].lstrip(bg)) for y in rows)
+        x1 = max(len(frame[y * w:(y + 1) * w].rstrip(bg)) for y in rows)
+        boxes.append([x0, rows[0], x1, rows[-1] + 1])
+    return boxes
+
+def make(name, c):
+    w, h, fps, n, seg, out = c["w"], c["h"], c["fps"], c["frames"], c["seg"], "samples/" + name
+    texts, truth_segs = [], []
+    for k, strings in enumerate(c["segments"]):
+        a, b = k * seg, min((k + 1) * seg, n)
+        for t in strings:
+            t["enable"] = f"between(n,{a},{b - 1})"
+        texts += strings
+        truth_segs.append(dict(start=a / fps, end=b / fps, start_frame=a, end_frame=b, boxes=strings))
+    boxes = measure(c, texts)
+    for t, (x0, y0, x1, y1) in zip(texts, boxes):
+        assert 16 <= x0 < x1 <= w - 16 and 16 <= y0 < y1 <= h - 16, (name, t["text"], x0, y0, x1, y1)
+        t["bbox"] = dict(text=t["text"], x0=x0, y0=y0, x1=x1, y1=y1)
+    for s in truth_segs:  # boxes within a segment must not overlap
+        bb = [t["bbox"] for t in s["boxes"]]
+        for i, p in enumerate(bb):
+            for q in bb[i + 1:]:
+                assert p["x1"] <= q["x0"] or q["x1"] <= p["x0"] or p["y1"] <= q["y0"] or q["y1"] <= p["y0"], (name, p, q)
+        s["boxes"] = bb
+
+    # Smooth rotating gradient + a soft-coloured moving disk (no text-like
+    # structure), then the strings, each only within its segment's frames.
+    c0, c1, disk, seed = c["bg"]
+    r = min(w, h) // 4
+    graph = (
+        f"gradients=s={w}x{h}:r={fps}:c0={c0}:c1={c1}:seed={seed}:speed=0.02,format=rgba[bg];"
+        f"color=c={disk}:s={2 * r}x{2 * r}:r={fps},format=rgba,"
+        f"geq=r='r(X,Y)':g='g(X,Y)':b='b(X,Y)':a='255*lte(hypot(X-{r},Y-{r}),{r - 1})'[disk];"
+        f"[bg][disk]overlay=x='(W-w)*(0.5+0.45*sin(0.6*t))':y='(H-h)*(0.5+0.4*cos(0.45*t))',"
+        "format=yuv420p," + ",".join(f"{drawtext(t)}:enable='{t['enable']}'" for t in texts) + "[v]")
+    ext = name.rsplit(".", 1)[1]
+    subprocess.run(["ffmpeg", "-nostdin", "-y", "-v", "error", "-filter_complex", graph,
+                    "-map", "[v]", "-frames:v", str(n), "-an", "-map_metadata", "-1",
+                    "-fflags", "+bitexact", "-flags:v", "+bitexact", "-pix_fmt", "yuv420p",
+                    *ENCODE[ext], out + ".part"], check=True)
+    os.replace(out + ".part", out)
+    truth = dict(width=w, height=h, fps=fps, frames=n, segments=truth_segs)
+    with open(out.rsplit(".", 1)[0] + ".truth.json", "w") as f:
+        json.dump(truth, f, indent=1)
+        f.write("\n")
+    print(f"==> {out}: {w}x{h} {n} frames, {len(texts)} strings in {len(truth_segs)} segment(s)")
+
+for name, c in CLIPS.items():
+    make(name, c)
+PY
+
+printf 'This is a plain text file, not a video. Used by bad-input tests.\n' > samples/not-media.mp4
+size=$(stat -c %s samples/text-720p.mp4)
+head -c $((size * 30 / 100)) samples/text-720p.mp4 > samples/truncated.mp4
+log "samples/not-media.mp4, samples/truncated.mp4 ($((size * 30 / 100)) of $size bytes)"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# One command to set up a fresh Debian 12 machine for infer-stream:
+# system packages, ONNX Runtime + models, sample media. Safe to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+scripts/fetch-models.sh
+scripts/make-samples.sh

@@ -1,0 +1,424 @@
+//! FFmpeg through ffmpeg-next: demux + decode into pooled host images, and
+//! swscale on pooled buffers for the CPU preprocess.
+
+use std::path::Path;
+use std::sync::Once;
+
+use ff::ffi;
+use ff::format::Pixel;
+use ffmpeg_next as ff;
+
+use crate::frame::{ColorInfo, Image, Matrix, Pool, Storage};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FfmpegError {
+    #[error("cannot open {path}: {source}")]
+    Open { path: String, source: ff::Error },
+    #[error("{path}: no video stream")]
+    NoVideo { path: String },
+    #[error("{path}: cannot create a decoder for codec `{codec}`: {source}")]
+    Decoder {
+        path: String,
+        codec: String,
+        source: ff::Error,
+    },
+    #[error("{path}: frame {frame}: {what}")]
+    Frame {
+        path: String,
+        frame: u64,
+        what: String,
+    },
+    #[error("swscale: cannot convert {from:?} {src_w}x{src_h} to {to:?} {dst_w}x{dst_h}")]
+    Scaler {
+        from: Pixel,
+        to: Pixel,
+        src_w: u32,
+        src_h: u32,
+        dst_w: u32,
+        dst_h: u32,
+    },
+}
+
+/// Initialise FFmpeg once and keep its own logging quiet (we report errors ourselves).
+pub fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = ff::init();
+        ff::util::log::set_level(ff::util::log::Level::Error);
+    });
+}
+
+/// `major.minor.micro` of libavcodec, libavformat, libavutil.
+pub fn versions() -> String {
+    let v = |n: u32| format!("{}.{}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff);
+    format!(
+        "libavcodec {}, libavformat {}, libavutil {}",
+        v(ff::codec::version()),
+        v(ff::format::version()),
+        v(ff::util::version())
+    )
+}
+
+/// What the decoder knows about the stream before the first frame.
+#[derive(Debug, Clone)]
+pub struct StreamInfo {
+    pub codec: String,
+    pub width: u32,
+    pub height: u32,
+    pub time_base: (i32, i32),
+    /// Frames per second (average), if known.
+    pub fps: Option<f64>,
+    /// Frame count from the container, or estimated from duration × fps.
+    pub frames: Option<u64>,
+}
+
+/// A demuxer + video decoder for one input.
+pub struct VideoDecoder {
+    path: String,
+    input: ff::format::context::Input,
+    stream_index: usize,
+    decoder: ff::decoder::Video,
+    frame: ff::frame::Video,
+    eof_sent: bool,
+    /// Packets the decoder rejected (corrupt data); decoding goes on.
+    pub corrupt_packets: u64,
+    pub info: StreamInfo,
+}
+
+impl VideoDecoder {
+    /// Open `path` (file or URL) and its best video stream. `threads = 0` lets FFmpeg choose.
+    pub fn open(path: &Path, threads: usize) -> Result<Self, FfmpegError> {
+        init();
+        let p = path.to_string_lossy().into_owned();
+        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open {
+            path: p.clone(),
+            source,
+        })?;
+        let stream = input
+            .streams()
+            .best(ff::media::Type::Video)
+            .ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
+        let stream_index = stream.index();
+        let codec_id = stream.parameters().id();
+        let mut ctx = ff::codec::context::Context::from_parameters(stream.parameters()).map_err(
+            |source| FfmpegError::Decoder {
+                path: p.clone(),
+                codec: format!("{codec_id:?}"),
+                source,
+            },
+        )?;
+        ctx.set_threading(ff::codec::threading::Config {
+            kind: ff::codec::threading::Type::Frame,
+            count: threads,
+            ..Default::default()
+        });
+        let decoder = ctx
+            .decoder()
+            .video()
+            .map_err(|source| FfmpegError::Decoder {
+                path: p.clone(),
+                codec: format!("{codec_id:?}"),
+                source,
+            })?;
+        let tb = stream.time_base();
+        let rate = stream.avg_frame_rate();
+        let fps = (rate.denominator() != 0 && rate.numerator() > 0).then(|| f64::from(rate));
+        let frames = match stream.frames() {
+            n if n > 0 => Some(n as u64),
+            _ => {
+                let dur = if stream.duration() > 0 {
+                    stream.duration() as f64 * f64::from(tb)
+                } else {
+                    input.duration() as f64 / ffi::AV_TIME_BASE as f64
+                };
+                fps.filter(|_| dur > 0.0).map(|f| (dur * f).round() as u64)
+            }
+        };
+        let info = StreamInfo {
+            codec: ff::codec::decoder::find(codec_id)
+                .map(|c| c.name().to_string())
+                .unwrap_or_else(|| format!("{codec_id:?}")),
+            width: decoder.width(),
+            height: decoder.height(),
+            time_base: (tb.numerator(), tb.denominator()),
+            fps,
+            frames,
+        };
+        Ok(VideoDecoder {
+            path: p,
+            input,
+            stream_index,
+            decoder,
+            frame: ff::frame::Video::empty(),
+            eof_sent: false,
+            corrupt_packets: 0,
+            info,
+        })
+    }
+
+    /// The next decoded frame, or `None` at the end of the stream.
+    pub fn next_frame(&mut self) -> Result<Option<&ff::frame::Video>, FfmpegError> {
+        loop {
+            match self.decoder.receive_frame(&mut self.frame) {
+                Ok(()) => return Ok(Some(&self.frame)),
+                Err(ff::Error::Eof) => return Ok(None),
+                Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => {}
+                Err(e) => {
+                    // A frame the decoder could not rebuild: count it and go on.
+                    self.corrupt_packets += 1;
+                    tracing::debug!(path = %self.path, error = %e, "decode error");
+                    continue;
+                }
+            }
+            if self.eof_sent {
+                return Ok(None);
+            }
+            self.feed();
+        }
+    }
+
+    /// Send the next packet of our stream (or end of stream) to the decoder.
+    fn feed(&mut self) {
+        let mut packet = ff::Packet::empty();
+        loop {
+            match packet.read(&mut self.input) {
+                Ok(()) if packet.stream() == self.stream_index => {
+                    if let Err(e) = self.decoder.send_packet(&packet) {
+                        self.corrupt_packets += 1;
+                        tracing::debug!(path = %self.path, error = %e, "packet rejected");
+                    }
+                    return;
+                }
+                Ok(()) => continue,
+                Err(ff::Error::Eof) => break,
+                Err(e) => {
+                    tracing::warn!(path = %self.path, error = %e, "read error; treating as end of input");
+                    break;
+                }
+            }
+        }
+        let _ = self.decoder.send_eof();
+        self.eof_sent = true;
+    }
+}
+
+fn color_of(frame: &ff::frame::Video) -> ColorInfo {
+    use ff::color::{Range, Space};
+    let matrix = match frame.color_space() {
+        Space::BT709 => Matrix::Bt709,
+        Space::BT470BG | Space::SMPTE170M | Space::FCC | Space::SMPTE240M => Matrix::Bt601,
+        Space::BT2020NCL | Space::BT2020CL => Matrix::Bt2020,
+        _ => Matrix::Unspecified,
+    };
+    let full_range = frame.color_range() == Range::JPEG
+        || matches!(
+            frame.format(),
+            Pixel::YUVJ420P
+                | Pixel::YUVJ422P
+                | Pixel::YUVJ444P
+                | Pixel::RGB24
+                | Pixel::BGR24
+                | Pixel::RGBA
+                | Pixel::BGRA
+                | Pixel::GRAY8
+        );
+    ColorInfo { matrix, full_range }
+}
+
+/// Copy a decoded frame into a pooled host buffer (planes packed, no padding).
+pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image, String> {
+    let (w, h) = (frame.width(), frame.height());
+    let fmt: ffi::AVPixelFormat = frame.format().into();
+    // SAFETY: plain arithmetic on the format descriptor; negative means unsupported.
+    let size = unsafe { ffi::av_image_get_buffer_size(fmt, w as i32, h as i32, 1) };
+    if size <= 0 || w == 0 || h == 0 {
+        return Err(format!("unsupported frame {w}x{h} {:?}", frame.format()));
+    }
+    let mut buf = pool.get(size as usize);
+    // SAFETY: `frame` is a valid decoded AVFrame of `fmt`, `w`x`h`; its data and
+    // linesize arrays describe planes FFmpeg allocated. `buf` has exactly the
+    // size av_image_get_buffer_size reported for align 1.
+    let copied = unsafe {
+        let raw = frame.as_ptr();
+        ffi::av_image_copy_to_buffer(
+            buf.as_mut_ptr(),
+            size,
+            (*raw).data.as_ptr() as *const *const u8,
+            (*raw).linesize.as_ptr(),
+            fmt,
+            w as i32,
+            h as i32,
+            1,
+        )
+    };
+    if copied < 0 {
+        return Err(format!("cannot copy frame ({copied})"));
+    }
+    let mut ptrs = [std::ptr::null_mut::<u8>(); 4];
+    let mut strides = [0i32; 4];
+    // SAFETY: computes plane pointers into `buf` for the packed layout just written.
+    let filled = unsafe {
+        ffi::av_image_fill_arrays(
+            ptrs.as_mut_ptr(),
+            strides.as_mut_ptr(),
+            buf.as_ptr(),
+            fmt,
+            w as i32,
+            h as i32,
+            1,
+        )
+    };
+    if filled < 0 {
+        return Err(format!("cannot lay out frame ({filled})"));
+    }
+    let base = buf.as_ptr() as usize;
+    let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+    Ok(Image {
+        width: w,
+        height: h,
+        format: frame.format(),
+        color: color_of(frame),
+        offsets,
+        strides,
+        storage: Storage::Host(buf),
+    })
+}
+
+/// A swscale context from one image geometry to a packed RGB24/BGR24 output,
+/// rebuilt only when the input geometry changes.
+pub struct Scaler {
+    ctx: *mut ffi::SwsContext,
+    key: (u32, u32, Pixel, ColorInfo),
+    dst: (u32, u32, Pixel),
+}
+
+// SAFETY: an SwsContext has no thread affinity; `Scaler` is used by one thread at a time (&mut self).
+unsafe impl Send for Scaler {}
+
+/// swscale flags for an interpolation name.
+pub fn sws_flags(interp: crate::config::Interpolation) -> i32 {
+    use crate::config::Interpolation::*;
+    let f = match interp {
+        Nearest => ffi::SWS_POINT,
+        FastBilinear => ffi::SWS_FAST_BILINEAR,
+        Bilinear => ffi::SWS_BILINEAR,
+        Bicubic => ffi::SWS_BICUBIC,
+        Area => ffi::SWS_AREA,
+    };
+    f as i32 | ffi::SWS_ACCURATE_RND as i32
+}
+
+impl Scaler {
+    pub fn new(
+        src: &Image,
+        dst_w: u32,
+        dst_h: u32,
+        dst_fmt: Pixel,
+        flags: i32,
+    ) -> Result<Self, FfmpegError> {
+        let err = || FfmpegError::Scaler {
+            from: src.format,
+            to: dst_fmt,
+            src_w: src.width,
+            src_h: src.height,
+            dst_w,
+            dst_h,
+        };
+        // SAFETY: sizes are non-zero and formats valid; a null return is handled.
+        let ctx = unsafe {
+            ffi::sws_getContext(
+                src.width as i32,
+                src.height as i32,
+                src.format.into(),
+                dst_w as i32,
+                dst_h as i32,
+                dst_fmt.into(),
+                flags,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+            )
+        };
+        if ctx.is_null() {
+            return Err(err());
+        }
+        let cs = match src.color.matrix {
+            Matrix::Bt709 => ffi::SWS_CS_ITU709,
+            Matrix::Bt2020 => ffi::SWS_CS_BT2020,
+            Matrix::Bt601 | Matrix::Unspecified => ffi::SWS_CS_ITU601,
+        };
+        // SAFETY: `ctx` is a live context; coefficient tables are static.
+        unsafe {
+            let src_table = ffi::sws_getCoefficients(cs as i32);
+            let dst_table = ffi::sws_getCoefficients(ffi::SWS_CS_DEFAULT as i32);
+            ffi::sws_setColorspaceDetails(
+                ctx,
+                src_table,
+                src.color.full_range as i32,
+                dst_table,
+                1,
+                0,
+                1 << 16,
+                1 << 16,
+            );
+        }
+        Ok(Scaler {
+            ctx,
+            key: (src.width, src.height, src.format, src.color),
+            dst: (dst_w, dst_h, dst_fmt),
+        })
+    }
+
+    /// Whether this scaler fits `src` (else build a new one: mid-stream size change).
+    pub fn fits(&self, src: &Image, dst_w: u32, dst_h: u32, dst_fmt: Pixel) -> bool {
+        self.key == (src.width, src.height, src.format, src.color)
+            && self.dst == (dst_w, dst_h, dst_fmt)
+    }
+
+    /// Convert `src` into `dst`, a packed 3-byte-per-pixel buffer of `dst_w * 3` bytes per row.
+    pub fn run(&mut self, src: &Image, dst: &mut [u8]) -> Result<(), String> {
+        let host = src.host().ok_or("image is not in host memory")?;
+        let (dw, dh, _) = self.dst;
+        if dst.len() < dw as usize * dh as usize * 3 {
+            return Err("destination buffer too small".into());
+        }
+        let mut planes = [std::ptr::null::<u8>(); 4];
+        for i in 0..4 {
+            if src.strides[i] != 0 {
+                planes[i] = host[src.offsets[i]..].as_ptr();
+            }
+        }
+        let dst_planes = [
+            dst.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        ];
+        let dst_strides = [dw as i32 * 3, 0, 0, 0];
+        // SAFETY: source planes point into `host` with the strides `copy_to_image`
+        // computed for this format and size (checked by `fits` when the scaler
+        // was chosen); the destination holds dh rows of dw*3 bytes (checked above).
+        let rows = unsafe {
+            ffi::sws_scale(
+                self.ctx,
+                planes.as_ptr(),
+                src.strides.as_ptr(),
+                0,
+                src.height as i32,
+                dst_planes.as_ptr(),
+                dst_strides.as_ptr(),
+            )
+        };
+        if rows != dh as i32 {
+            return Err(format!("swscale wrote {rows} rows, expected {dh}"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Scaler {
+    fn drop(&mut self) {
+        // SAFETY: `ctx` came from sws_getContext and is freed once.
+        unsafe { ffi::sws_freeContext(self.ctx) };
+    }
+}

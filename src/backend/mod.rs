@@ -1,0 +1,11 @@
+//! Wrappers over the native libraries. This is the only part of the crate
+//! allowed `unsafe`; every block says why it is sound.
+
+pub mod ffmpeg;
+pub mod ort;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+#[cfg(feature = "gstreamer")]
+pub mod gstreamer;

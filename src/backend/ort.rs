@@ -1,0 +1,306 @@
+//! ONNX Runtime through ort (`load-dynamic`): finding the library, opening
+//! sessions with the requested execution providers, loudly.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use ort::ep::{self, ExecutionProvider};
+use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::ValueType;
+
+use crate::config::{ProviderName, ProviderSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrtError {
+    #[error("cannot load ONNX Runtime from {path} ({origin}): {reason}")]
+    Library {
+        path: PathBuf,
+        origin: &'static str,
+        reason: String,
+    },
+    #[error(
+        "ONNX Runtime was already loaded from {loaded}; cannot switch to {wanted} in one process"
+    )]
+    AlreadyLoaded { loaded: PathBuf, wanted: PathBuf },
+    #[error("{model}: {reason}")]
+    Model { model: PathBuf, reason: String },
+    #[error("{model}: required execution provider `{provider}` is not available: {reason}")]
+    Required {
+        model: PathBuf,
+        provider: ProviderName,
+        reason: String,
+    },
+    #[error("{model}: no execution provider could be used ({tried})")]
+    NoProvider { model: PathBuf, tried: String },
+}
+
+/// The loaded ONNX Runtime library and its environment.
+pub struct OrtRuntime {
+    pub env: ort::environment::Environment,
+    pub library: PathBuf,
+    /// Why that library was chosen (flag, TOML, environment, default).
+    pub origin: &'static str,
+    pub build_info: String,
+}
+
+static RUNTIME: OnceLock<OrtRuntime> = OnceLock::new();
+static INIT: Mutex<()> = Mutex::new(());
+
+/// Where to look for the library when nothing names one.
+pub fn default_library() -> PathBuf {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        let beside = dir.join("libonnxruntime.so");
+        if beside.exists() {
+            return beside;
+        }
+    }
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/.deps/onnxruntime/libonnxruntime.so"
+    ))
+}
+
+/// Choose the library: explicit (CLI flag or TOML) > `ORT_DYLIB_PATH` > default.
+pub fn choose_library(explicit: Option<(&Path, &'static str)>) -> (PathBuf, &'static str) {
+    if let Some((p, origin)) = explicit {
+        return (p.to_path_buf(), origin);
+    }
+    match std::env::var_os("ORT_DYLIB_PATH") {
+        Some(p) if !p.is_empty() => (PathBuf::from(p), "ORT_DYLIB_PATH"),
+        _ => (default_library(), "default"),
+    }
+}
+
+/// Load ONNX Runtime once per process.
+pub fn runtime(explicit: Option<(&Path, &'static str)>) -> Result<&'static OrtRuntime, OrtError> {
+    let (path, origin) = choose_library(explicit);
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rt) = RUNTIME.get() {
+        if explicit.is_some() && rt.library != path {
+            return Err(OrtError::AlreadyLoaded {
+                loaded: rt.library.clone(),
+                wanted: path,
+            });
+        }
+        return Ok(rt);
+    }
+    if !path.exists() {
+        return Err(OrtError::Library {
+            path,
+            origin,
+            reason: "file not found; run scripts/fetch-models.sh, or set ORT_DYLIB_PATH / --ort-library / [pipeline] ort_library".into(),
+        });
+    }
+    let lib_err = |reason: String| OrtError::Library {
+        path: path.clone(),
+        origin,
+        reason,
+    };
+    let env = ort::init_from(&path)
+        .map_err(|e| lib_err(e.to_string()))?
+        .with_name("infer-stream")
+        .with_telemetry(false)
+        .build()
+        .map_err(|e| lib_err(e.to_string()))?;
+    let build_info = ort::info().to_string();
+    let _ = RUNTIME.set(OrtRuntime {
+        env,
+        library: path,
+        origin,
+        build_info,
+    });
+    Ok(RUNTIME.get().expect("just set"))
+}
+
+impl OrtRuntime {
+    /// `1.31.1`-style version, read from the build info.
+    pub fn version(&self) -> String {
+        self.build_info
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .find_map(|s| s.strip_prefix("git-branch=rel-"))
+            .unwrap_or("unknown")
+            .to_string()
+    }
+
+    /// Execution providers compiled into the loaded library.
+    pub fn available_providers(&self) -> Vec<ProviderName> {
+        let mut v = Vec::new();
+        if <ep::TensorRT as ExecutionProvider>::is_available().unwrap_or(false) {
+            v.push(ProviderName::Tensorrt);
+        }
+        if <ep::CUDA as ExecutionProvider>::is_available().unwrap_or(false) {
+            v.push(ProviderName::Cuda);
+        }
+        v.push(ProviderName::Cpu);
+        v
+    }
+}
+
+/// A model input or output as the model declares it (`-1` = dynamic).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct IoInfo {
+    pub name: String,
+    pub dims: Vec<i64>,
+    pub dtype: String,
+}
+
+impl IoInfo {
+    fn from_outlet(o: &ort::value::Outlet) -> Self {
+        let (dims, dtype) = match o.dtype() {
+            ValueType::Tensor { ty, shape, .. } => {
+                (shape.to_vec(), format!("{ty:?}").to_lowercase())
+            }
+            other => (Vec::new(), format!("{other:?}")),
+        };
+        IoInfo {
+            name: o.name().to_string(),
+            dims,
+            dtype,
+        }
+    }
+
+    pub fn shape_string(&self) -> String {
+        let d: Vec<String> = self
+            .dims
+            .iter()
+            .map(|&d| if d < 0 { "?".into() } else { d.to_string() })
+            .collect();
+        format!("[{}]", d.join(", "))
+    }
+}
+
+/// Options for one session.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    pub providers: Vec<ProviderSpec>,
+    pub intra_threads: usize,
+    pub inter_threads: usize,
+    pub spinning: bool,
+}
+
+/// An open model and what it runs on.
+pub struct ModelSession {
+    pub session: Session,
+    pub provider: ProviderName,
+    /// Providers tried before the one in use, with why each failed.
+    pub fallbacks: Vec<(ProviderName, String)>,
+    pub inputs: Vec<IoInfo>,
+    pub outputs: Vec<IoInfo>,
+}
+
+fn builder(
+    rt: &OrtRuntime,
+    opts: &SessionOptions,
+) -> Result<ort::session::builder::SessionBuilder, String> {
+    let e = |e: ort::Error<ort::session::builder::SessionBuilder>| e.to_string();
+    Session::builder(&rt.env)
+        .map_err(|e| e.to_string())?
+        .with_optimization_level(GraphOptimizationLevel::Level3)
+        .map_err(e)?
+        .with_intra_threads(opts.intra_threads.max(1))
+        .map_err(e)?
+        .with_inter_threads(opts.inter_threads.max(1))
+        .map_err(e)?
+        .with_intra_op_spinning(opts.spinning)
+        .map_err(e)?
+        .with_inter_op_spinning(opts.spinning)
+        .map_err(e)
+}
+
+/// Open `model`, trying the providers in order. A provider that fails is
+/// reported with a warning (or is an error when marked required).
+pub fn open_session(
+    rt: &OrtRuntime,
+    model: &Path,
+    opts: &SessionOptions,
+) -> Result<ModelSession, OrtError> {
+    let mut fallbacks = Vec::new();
+    for spec in &opts.providers {
+        let attempt = (|| -> Result<Session, String> {
+            let b = builder(rt, opts)?;
+            let dispatch = match spec.name {
+                ProviderName::Tensorrt => ep::TensorRT::default()
+                    .with_device_id(spec.device_id)
+                    .build()
+                    .error_on_failure(),
+                ProviderName::Cuda => ep::CUDA::default()
+                    .with_device_id(spec.device_id)
+                    .build()
+                    .error_on_failure(),
+                ProviderName::Cpu => ep::CPU::default().build().error_on_failure(),
+            };
+            let mut b = b
+                .with_execution_providers([dispatch])
+                .map_err(|e| e.to_string())?;
+            b.commit_from_file(model).map_err(|e| e.to_string())
+        })();
+        match attempt {
+            Ok(session) => {
+                let inputs = session.inputs().iter().map(IoInfo::from_outlet).collect();
+                let outputs = session.outputs().iter().map(IoInfo::from_outlet).collect();
+                return Ok(ModelSession {
+                    session,
+                    provider: spec.name,
+                    fallbacks,
+                    inputs,
+                    outputs,
+                });
+            }
+            Err(reason)
+                if !model.exists()
+                    || reason.contains("Load model")
+                    || reason.contains("INVALID_PROTOBUF")
+                    || reason.contains("NO_SUCHFILE") =>
+            {
+                return Err(OrtError::Model {
+                    model: model.to_path_buf(),
+                    reason,
+                });
+            }
+            Err(reason) if spec.required => {
+                return Err(OrtError::Required {
+                    model: model.to_path_buf(),
+                    provider: spec.name,
+                    reason,
+                });
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    "{}: execution provider `{}` is not available, falling back: {reason}",
+                    model.display(),
+                    spec.name
+                );
+                fallbacks.push((spec.name, reason));
+            }
+        }
+    }
+    let tried = fallbacks
+        .iter()
+        .map(|(p, r)| format!("{p}: {r}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(OrtError::NoProvider {
+        model: model.to_path_buf(),
+        tried,
+    })
+}
+
+/// Read a model's inputs, outputs and metadata without running it.
+pub fn inspect(rt: &OrtRuntime, model: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>), OrtError> {
+    let opts = SessionOptions {
+        providers: vec![ProviderSpec {
+            name: ProviderName::Cpu,
+            required: true,
+            device_id: 0,
+        }],
+        intra_threads: 1,
+        inter_threads: 1,
+        spinning: false,
+    };
+    let s = open_session(rt, model, &opts)?;
+    Ok((s.inputs, s.outputs))
+}

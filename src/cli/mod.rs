@@ -1,0 +1,434 @@
+//! Command-line interface: argument parsing, logging, exit codes.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use infer_stream::config::{self, Diagnostics, PipelineConfig};
+use infer_stream::frame::Accounting;
+use infer_stream::graph::{self, Graph};
+use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
+use infer_stream::stages::{self, BuildOptions};
+
+/// Exit codes (also in README).
+pub mod exit {
+    pub const OK: u8 = 0;
+    /// A stage or source failed at run time.
+    pub const RUNTIME: u8 = 1;
+    /// Bad arguments or a pipeline file with errors.
+    pub const CONFIG: u8 = 2;
+    /// Stopped by a signal after a clean drain: 128 + signal (130 SIGINT, 143 SIGTERM).
+    pub const SIGNAL_BASE: u8 = 128;
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  infer-stream run pipelines/text-detection.toml
+  infer-stream run pipelines/text-detection.toml --ort-library /opt/onnxruntime/lib/libonnxruntime.so
+  infer-stream validate pipelines/*.toml
+  infer-stream graph pipelines/text-detection.toml --format mermaid
+  infer-stream bench pipelines/text-detection.toml --isolate
+
+Exit codes: 0 success, 1 runtime failure, 2 usage or pipeline-file error,
+130/143 stopped by SIGINT/SIGTERM after draining (results flushed).";
+
+#[derive(Parser)]
+#[command(name = "infer-stream", version, about = "Real-time video inference pipelines from one TOML file", after_help = EXAMPLES)]
+struct Cli {
+    /// More logging (-v debug, -vv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Only errors (no progress, no summary).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Progress {
+    /// A bar when stderr is a terminal.
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GraphFormat {
+    Dot,
+    Mermaid,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a pipeline until its inputs end (or Ctrl-C: drain, flush, exit).
+    Run {
+        pipeline: PathBuf,
+        /// ONNX Runtime library (overrides [pipeline] ort_library and ORT_DYLIB_PATH).
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "auto")]
+        progress: Progress,
+        /// Also write the end-of-run report as JSON.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+    },
+    /// Check pipeline files (syntax, graph, types, files, models) without running them.
+    Validate {
+        #[arg(required = true)]
+        pipelines: Vec<PathBuf>,
+        /// Skip loading models (no ONNX Runtime needed).
+        #[arg(long)]
+        no_models: bool,
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+    },
+    /// Print the pipeline graph.
+    Graph {
+        pipeline: PathBuf,
+        #[arg(long, value_enum, default_value = "dot")]
+        format: GraphFormat,
+    },
+    /// Measure a pipeline: with --isolate, each stage alone, the bound, and the pipeline's efficiency.
+    Bench {
+        pipeline: PathBuf,
+        /// Measure decode, preprocess and inference alone and compare the pipeline with their bound.
+        #[arg(long)]
+        isolate: bool,
+        /// Stop each source after N frames.
+        #[arg(long)]
+        frames: Option<u64>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+    },
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (_, 0) => "info",
+        (_, 1) => "debug",
+        _ => "trace",
+    };
+    let default = format!(
+        "{level},ort={}",
+        if verbose >= 2 { "debug" } else { "warn" }
+    );
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .without_time()
+        .init();
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::CONFIG
+            } else {
+                exit::OK
+            });
+        }
+    };
+    init_logging(cli.verbose, cli.quiet);
+    let quiet = cli.quiet;
+    let r = match cli.cmd {
+        Cmd::Run {
+            pipeline,
+            ort_library,
+            progress,
+            report,
+        } => run(&pipeline, ort_library, progress, report.as_deref(), quiet),
+        Cmd::Validate {
+            pipelines,
+            no_models,
+            ort_library,
+        } => validate(&pipelines, no_models, ort_library),
+        Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
+        Cmd::Bench {
+            pipeline,
+            isolate,
+            frames,
+            json,
+            ort_library,
+        } => bench(&pipeline, isolate, frames, json, ort_library),
+    };
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit::RUNTIME)
+        }
+    }
+}
+
+/// Load and check a file; diagnostics are printed and mapped to exit code 2.
+fn load_checked(path: &Path) -> Result<(PipelineConfig, Graph), Diagnostics> {
+    let cfg = config::load(path)?;
+    let graph = graph::check(&cfg)?;
+    Ok((cfg, graph))
+}
+
+fn print_diags(d: &Diagnostics) -> u8 {
+    eprintln!("{d}");
+    exit::CONFIG
+}
+
+fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) -> Result<u8> {
+    let mut all = Diagnostics::default();
+    for path in paths {
+        let (cfg, graph) = match load_checked(path) {
+            Ok(x) => x,
+            Err(mut d) => {
+                all.0.append(&mut d.0);
+                continue;
+            }
+        };
+        if !no_models {
+            let opts = BuildOptions {
+                ort_library: ort_library.clone(),
+                ..Default::default()
+            };
+            let mut models = stages::ModelIo::new();
+            for node in cfg.nodes.iter() {
+                let config::NodeKind::Infer(c) = &node.kind else {
+                    continue;
+                };
+                let rt = match stages::ort_runtime(&cfg, &opts) {
+                    Ok(rt) => rt,
+                    Err(d) => {
+                        all.push(d);
+                        break;
+                    }
+                };
+                let model = cfg.resolve_path(&c.model).expect("checked by graph::check");
+                match infer_stream::backend::ort::inspect(rt, &model) {
+                    Ok(io) => {
+                        models.insert(node.name.clone(), io);
+                    }
+                    Err(e) => {
+                        all.push(cfg.diag(c.model.span(), format!("stage `{}`: {e}", node.name)))
+                    }
+                }
+            }
+            all.0
+                .append(&mut graph::check_models(&cfg, &graph, &models).0);
+        }
+        if all.0.iter().all(|d| d.file != *path) {
+            eprintln!("{}: ok ({} nodes)", path.display(), cfg.nodes.len());
+        }
+    }
+    if all.is_empty() {
+        Ok(exit::OK)
+    } else {
+        Ok(print_diags(&all))
+    }
+}
+
+fn graph_cmd(path: &Path, format: GraphFormat) -> Result<u8> {
+    let cfg = match load_checked(path) {
+        Ok((cfg, _)) => cfg,
+        Err(d) => return Ok(print_diags(&d)),
+    };
+    print!(
+        "{}",
+        match format {
+            GraphFormat::Dot => graph::to_dot(&cfg),
+            GraphFormat::Mermaid => graph::to_mermaid(&cfg),
+        }
+    );
+    Ok(exit::OK)
+}
+
+/// Load, check, build and model-check: everything that can fail before the run.
+fn prepare(
+    path: &Path,
+    opts: &BuildOptions,
+) -> Result<(PipelineConfig, Graph, Vec<stages::Body>), Diagnostics> {
+    let (cfg, graph) = load_checked(path)?;
+    let (bodies, models) = stages::build(&cfg, &graph, opts)?;
+    let d = graph::check_models(&cfg, &graph, &models);
+    if !d.is_empty() {
+        return Err(d);
+    }
+    Ok((cfg, graph, bodies))
+}
+
+/// First signal: stop sources and drain. Second: exit at once.
+fn install_signals(sd: Arc<Shutdown>) -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing signal handlers")?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if sd.stopping() && sd.signal().is_some() {
+                eprintln!("second signal: exiting now without draining");
+                std::process::exit(i32::from(exit::SIGNAL_BASE) + sig);
+            }
+            eprintln!("\nsignal {sig}: stopping sources and draining frames in flight (again to exit at once)");
+            sd.interrupt(sig);
+        }
+    })?;
+    Ok(())
+}
+
+fn run(
+    path: &Path,
+    ort_library: Option<PathBuf>,
+    progress: Progress,
+    report_path: Option<&Path>,
+    quiet: bool,
+) -> Result<u8> {
+    let opts = BuildOptions {
+        ort_library,
+        ..Default::default()
+    };
+    let (cfg, graph, bodies) = match prepare(path, &opts) {
+        Ok(x) => x,
+        Err(d) => return Ok(print_diags(&d)),
+    };
+    let pipeline = Pipeline::new(&cfg, graph, bodies);
+    tracing::info!("pipeline `{}` from {}", pipeline.name, path.display());
+    for n in &pipeline.nodes {
+        tracing::info!(
+            "  {} `{}` ({}): {}",
+            n.role.noun(),
+            n.name,
+            n.kind,
+            n.describe
+        );
+    }
+    let sd = Shutdown::new();
+    install_signals(sd.clone())?;
+    let show = !quiet
+        && match progress {
+            Progress::Auto => std::io::stderr().is_terminal(),
+            Progress::Always => true,
+            Progress::Never => false,
+        };
+    let acct = Arc::new(Accounting::default());
+    let bar = show.then(|| progress_bar(pipeline.expected_frames()));
+    let acct2 = acct.clone();
+    let mut tick = |_: &[Arc<NodeStats>], elapsed: Duration| {
+        if let Some(b) = &bar {
+            let c = acct2.snapshot();
+            b.set_position(c.settled());
+            b.set_message(format!(
+                "{:.1} fps",
+                c.processed as f64 / elapsed.as_secs_f64().max(1e-3)
+            ));
+        }
+    };
+    let report = pipeline.run(sd.clone(), acct, Some(&mut tick));
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if !quiet {
+        eprintln!("{}", report.render());
+    }
+    if let Some(p) = report_path {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(f) = &report.fatal {
+        eprintln!("error: {f}");
+        return Ok(exit::RUNTIME);
+    }
+    if !report.source_errors.is_empty() {
+        for e in &report.source_errors {
+            eprintln!("error: {e}");
+        }
+        return Ok(exit::RUNTIME);
+    }
+    if !report.frames.balanced() {
+        eprintln!("error: {}", report.accounting_line());
+        return Ok(exit::RUNTIME);
+    }
+    if let Some(sig) = report.interrupted_by_signal {
+        return Ok(exit::SIGNAL_BASE + sig as u8);
+    }
+    Ok(exit::OK)
+}
+
+fn progress_bar(total: Option<u64>) -> ProgressBar {
+    let bar = match total {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} frames  {msg}  ETA {eta}",
+            )
+            .expect("valid template"),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos} frames  {msg}")
+                .expect("valid template"),
+        ),
+    };
+    bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(5));
+    bar
+}
+
+fn bench(
+    path: &Path,
+    isolate: bool,
+    frames: Option<u64>,
+    json: bool,
+    ort_library: Option<PathBuf>,
+) -> Result<u8> {
+    let opts = BuildOptions {
+        ort_library,
+        null_sinks: true,
+        max_frames: frames,
+    };
+    if isolate {
+        let (cfg, graph) = match load_checked(path) {
+            Ok(x) => x,
+            Err(d) => return Ok(print_diags(&d)),
+        };
+        let r = match infer_stream::bench::isolate(&cfg, &graph, &opts) {
+            Ok(r) => r,
+            Err(d) => return Ok(print_diags(&d)),
+        };
+        if json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            println!("{}", r.render());
+        }
+        return Ok(exit::OK);
+    }
+    let (cfg, graph, bodies) = match prepare(path, &opts) {
+        Ok(x) => x,
+        Err(d) => return Ok(print_diags(&d)),
+    };
+    let report = Pipeline::new(&cfg, graph, bodies).run(
+        Shutdown::new(),
+        Arc::new(Accounting::default()),
+        None,
+    );
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.render());
+    }
+    Ok(
+        if report.fatal.is_some() || !report.source_errors.is_empty() {
+            exit::RUNTIME
+        } else {
+            exit::OK
+        },
+    )
+}

@@ -1,0 +1,320 @@
+//! The node kinds: one config struct per kind, and the registry that maps
+//! `kind = "..."` to it. Each struct builds its runtime stage (see `stages`).
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use toml::Spanned;
+
+use super::Role;
+
+/// Typed config of one node.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    File(FileSourceConfig),
+    Preprocess(PreprocessConfig),
+    Infer(InferConfig),
+    TextDetection(TextDetectionConfig),
+    Ndjson(NdjsonSinkConfig),
+    Null(NullSinkConfig),
+}
+
+impl NodeKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeKind::File(_) => "file",
+            NodeKind::Preprocess(_) => "preprocess",
+            NodeKind::Infer(_) => "infer",
+            NodeKind::TextDetection(_) => "text_detection",
+            NodeKind::Ndjson(_) => "ndjson",
+            NodeKind::Null(_) => "null",
+        }
+    }
+}
+
+const SOURCE_KINDS: &[&str] = &["file"];
+const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection"];
+const SINK_KINDS: &[&str] = &["ndjson", "null"];
+
+pub fn kinds_for(role: Role) -> &'static [&'static str] {
+    match role {
+        Role::Source => SOURCE_KINDS,
+        Role::Stage => STAGE_KINDS,
+        Role::Sink => SINK_KINDS,
+    }
+}
+
+pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(
+    role: Role,
+    kind: &str,
+    d: D,
+) -> Result<NodeKind, D::Error> {
+    Ok(match (role, kind) {
+        (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
+        (Role::Stage, "preprocess") => NodeKind::Preprocess(PreprocessConfig::deserialize(d)?),
+        (Role::Stage, "infer") => NodeKind::Infer(InferConfig::deserialize(d)?),
+        (Role::Stage, "text_detection") => {
+            NodeKind::TextDetection(TextDetectionConfig::deserialize(d)?)
+        }
+        (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
+        (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
+        _ => unreachable!("kind `{kind}` was checked against the registry"),
+    })
+}
+
+/// `kind = "file"`: a media file (or any URL FFmpeg opens) decoded with FFmpeg.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSourceConfig {
+    /// Path (relative to the pipeline file) or URL.
+    pub uri: Spanned<String>,
+    /// Decoder threads; 0 lets FFmpeg choose (default).
+    #[serde(default)]
+    pub decoder_threads: usize,
+    /// Stop after this many frames.
+    pub max_frames: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResizeMode {
+    /// Keep the aspect ratio, pad the rest with `pad_value` (centred).
+    #[default]
+    Letterbox,
+    /// Scale each axis independently to fill the tensor.
+    Stretch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelOrder {
+    #[default]
+    Rgb,
+    Bgr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    #[default]
+    Nchw,
+    Nhwc,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interpolation {
+    Nearest,
+    FastBilinear,
+    #[default]
+    Bilinear,
+    Bicubic,
+    Area,
+}
+
+/// `kind = "preprocess"`: video frame → f32 model tensor in one scale+convert pass and one normalise pass.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreprocessConfig {
+    pub width: Spanned<u32>,
+    pub height: Spanned<u32>,
+    #[serde(default)]
+    pub resize: ResizeMode,
+    /// Pixel value (0–255, before normalising) of the letterbox padding.
+    #[serde(default)]
+    pub pad_value: u8,
+    #[serde(default)]
+    pub color: ChannelOrder,
+    /// value = (pixel × scale − mean) / std, per channel in `color` order.
+    #[serde(default = "zeros3")]
+    pub mean: [f32; 3],
+    #[serde(default = "ones3")]
+    pub std: [f32; 3],
+    #[serde(default = "inv255")]
+    pub scale: f32,
+    #[serde(default)]
+    pub layout: Layout,
+    #[serde(default)]
+    pub interpolation: Interpolation,
+}
+
+fn zeros3() -> [f32; 3] {
+    [0.0; 3]
+}
+fn ones3() -> [f32; 3] {
+    [1.0; 3]
+}
+fn inv255() -> f32 {
+    1.0 / 255.0
+}
+
+/// An execution provider ONNX Runtime may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderName {
+    Tensorrt,
+    Cuda,
+    Cpu,
+}
+
+impl fmt::Display for ProviderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProviderName::Tensorrt => "tensorrt",
+            ProviderName::Cuda => "cuda",
+            ProviderName::Cpu => "cpu",
+        })
+    }
+}
+
+/// `"cuda"` or `{ name = "cuda", required = true, device_id = 0 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderSpec {
+    pub name: ProviderName,
+    /// A required provider that cannot load is an error, never a fallback.
+    pub required: bool,
+    pub device_id: i32,
+}
+
+impl<'de> Deserialize<'de> for ProviderSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            name: ProviderName,
+            #[serde(default)]
+            required: bool,
+            #[serde(default)]
+            device_id: i32,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ProviderSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a provider name (`tensorrt`, `cuda`, `cpu`) or a table { name, required, device_id }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                let name = ProviderName::deserialize(de::value::StrDeserializer::<E>::new(v))?;
+                Ok(ProviderSpec {
+                    name,
+                    required: false,
+                    device_id: 0,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ProviderSpec {
+                    name: t.name,
+                    required: t.required,
+                    device_id: t.device_id,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn cpu_only() -> Spanned<Vec<ProviderSpec>> {
+    Spanned::new(
+        0..0,
+        vec![ProviderSpec {
+            name: ProviderName::Cpu,
+            required: false,
+            device_id: 0,
+        }],
+    )
+}
+
+/// `kind = "infer"`: run an ONNX model with ONNX Runtime.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferConfig {
+    pub model: Spanned<String>,
+    /// Tried in order; the one that loads is printed at start and in the summary.
+    #[serde(default = "cpu_only")]
+    pub providers: Spanned<Vec<ProviderSpec>>,
+    /// Intra-op threads (default: all cores; the pipeline's other threads mostly wait on this one).
+    pub intra_threads: Option<usize>,
+    /// Inter-op threads (default 1).
+    pub inter_threads: Option<usize>,
+    /// Let ONNX Runtime's threads spin while idle (fast alone, harmful when cores are shared).
+    #[serde(default)]
+    pub spinning: bool,
+    /// Model input to feed (default: the model's first input).
+    pub input: Option<Spanned<String>>,
+    /// Run once on zeros before the first frame.
+    #[serde(default = "yes")]
+    pub warmup: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `kind = "text_detection"`: DB (PP-OCR det) probability map → text boxes in source pixels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextDetectionConfig {
+    /// Pixel threshold on the probability map.
+    #[serde(default = "db_thresh")]
+    pub threshold: f32,
+    /// Minimum mean probability inside a box.
+    #[serde(default = "db_box_thresh")]
+    pub box_threshold: f32,
+    /// How far boxes grow (area × ratio / perimeter).
+    #[serde(default = "db_unclip")]
+    pub unclip_ratio: f32,
+    #[serde(default = "db_max_candidates")]
+    pub max_candidates: usize,
+    /// Boxes whose short side is below this (model pixels) are dropped.
+    #[serde(default = "db_min_size")]
+    pub min_size: f32,
+    /// Model output to read (default: the first).
+    pub output: Option<Spanned<String>>,
+}
+
+fn db_thresh() -> f32 {
+    0.3
+}
+fn db_box_thresh() -> f32 {
+    0.5
+}
+fn db_unclip() -> f32 {
+    1.6
+}
+fn db_max_candidates() -> usize {
+    1000
+}
+fn db_min_size() -> f32 {
+    3.0
+}
+
+impl Default for TextDetectionConfig {
+    fn default() -> Self {
+        TextDetectionConfig {
+            threshold: db_thresh(),
+            box_threshold: db_box_thresh(),
+            unclip_ratio: db_unclip(),
+            max_candidates: db_max_candidates(),
+            min_size: db_min_size(),
+            output: None,
+        }
+    }
+}
+
+/// `kind = "ndjson"`: one JSON object per frame, one line each.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NdjsonSinkConfig {
+    /// File path, or `-` for stdout.
+    pub path: Spanned<String>,
+    /// Append instead of truncating.
+    #[serde(default)]
+    pub append: bool,
+}
+
+/// `kind = "null"`: discards frames (benchmarks).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NullSinkConfig {}

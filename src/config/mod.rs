@@ -1,0 +1,496 @@
+//! Pipeline TOML → typed node configs.
+//!
+//! The load is two-phase so that every error carries its exact position: the
+//! document is parsed once into a spanned table; each node's `kind` is read
+//! and looked up in the registry; then the node's own table is deserialized
+//! into that kind's struct (`deny_unknown_fields` everywhere). Errors are
+//! collected across all nodes rather than stopping at the first.
+
+pub mod diag;
+mod kinds;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+pub use diag::{Diagnostic, Diagnostics};
+pub use kinds::*;
+
+/// Where a node sits in the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Source,
+    Stage,
+    Sink,
+}
+
+impl Role {
+    pub fn section(self) -> &'static str {
+        match self {
+            Role::Source => "sources",
+            Role::Stage => "stages",
+            Role::Sink => "sinks",
+        }
+    }
+    pub fn noun(self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Stage => "stage",
+            Role::Sink => "sink",
+        }
+    }
+}
+
+/// What happens when a stage fails on one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Count the frame as failed and go on with the next one.
+    #[default]
+    Skip,
+    /// Stop the pipeline: sources stop, frames in flight drain, exit code 1.
+    Stop,
+}
+
+/// What a full queue does with a new frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenFull {
+    /// Wait for room (no frame is lost; the producer slows down).
+    Block,
+    /// Drop the oldest queued frame to make room (live sources: the newest frame matters most).
+    DropOldest,
+    /// Drop the new frame.
+    DropNewest,
+}
+
+/// The queue in front of a node (all its inputs share it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    #[serde(default = "default_capacity")]
+    pub capacity: std::num::NonZeroUsize,
+    pub when_full: Option<WhenFull>,
+}
+
+fn default_capacity() -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(8).unwrap()
+}
+
+/// Keys every node may have, whatever its kind.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Common {
+    kind: Spanned<String>,
+    #[serde(default)]
+    inputs: Option<Spanned<Vec<Spanned<String>>>>,
+    queue: Option<QueueConfig>,
+    on_error: Option<OnError>,
+}
+const COMMON_KEYS: &[&str] = &["kind", "inputs", "queue", "on_error"];
+
+/// `[pipeline]`: settings for the whole run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// A name for logs and summaries (defaults to the file stem).
+    pub name: Option<String>,
+    /// The ONNX Runtime shared library (overrides `ORT_DYLIB_PATH`).
+    pub ort_library: Option<Spanned<String>>,
+    /// Default error policy for stages that do not set `on_error`.
+    pub on_error: Option<OnError>,
+}
+
+/// One node of the graph, as configured.
+#[derive(Debug)]
+pub struct NodeConfig {
+    pub name: String,
+    pub role: Role,
+    /// The node's header key (`[stages.det]` → `det`).
+    pub name_span: Range<usize>,
+    pub kind: NodeKind,
+    pub kind_span: Range<usize>,
+    pub inputs: Vec<Spanned<String>>,
+    pub queue: Option<QueueConfig>,
+    pub on_error: OnError,
+    on_error_set: Option<OnError>,
+}
+
+/// A loaded pipeline file: settings, nodes in file order, and the text they came from.
+#[derive(Debug)]
+pub struct PipelineConfig {
+    pub file: PathBuf,
+    pub base_dir: PathBuf,
+    pub source: String,
+    pub settings: Settings,
+    pub nodes: Vec<NodeConfig>,
+}
+
+impl PipelineConfig {
+    /// A diagnostic located in this file.
+    pub fn diag(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::at(&self.file, &self.source, span, message)
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    pub fn name(&self) -> String {
+        self.settings.name.clone().unwrap_or_else(|| {
+            self.file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Expand `${VAR}` and resolve a path against the file's folder.
+    pub fn resolve_path(&self, value: &Spanned<String>) -> Result<PathBuf, Diagnostic> {
+        let expanded = self.expand(value)?;
+        let p = Path::new(&expanded);
+        Ok(if p.is_absolute() || is_url(&expanded) || expanded == "-" {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        })
+    }
+
+    /// Expand `${VAR}` from the environment; an unset variable is an error at the string.
+    pub fn expand(&self, value: &Spanned<String>) -> Result<String, Diagnostic> {
+        expand_env(value.get_ref()).map_err(|var| {
+            self.diag(
+                value.span(),
+                format!("environment variable `{var}` is not set"),
+            )
+            .with_help(format!(
+                "export {var}=... before running, or write the value in the file"
+            ))
+        })
+    }
+}
+
+/// `scheme://...`
+pub fn is_url(s: &str) -> bool {
+    s.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    })
+}
+
+/// Expand `${NAME}`; `$${` escapes a literal `${`. Returns the first unset variable as the error.
+pub fn expand_env(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if let Some(t) = tail.strip_prefix("$${") {
+            out.push_str("${");
+            rest = t;
+        } else if let Some(t) = tail.strip_prefix("${") {
+            let Some(end) = t.find('}') else {
+                out.push_str(tail);
+                return Ok(out);
+            };
+            let var = &t[..end];
+            match std::env::var(var) {
+                Ok(v) => out.push_str(&v),
+                Err(_) => return Err(var.to_string()),
+            }
+            rest = &t[end + 1..];
+        } else {
+            out.push('$');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Read and parse a pipeline file. All errors found are returned together.
+pub fn load(path: &Path) -> Result<PipelineConfig, Diagnostics> {
+    let source = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostics(vec![Diagnostic::whole_file(
+            path,
+            format!("cannot read pipeline file: {e}"),
+        )])
+    })?;
+    parse(path, source)
+}
+
+/// Parse pipeline text that came from `path` (used for its folder and in messages).
+pub fn parse(path: &Path, source: String) -> Result<PipelineConfig, Diagnostics> {
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let base_dir = if base_dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base_dir
+    };
+    let mut diags = Diagnostics::default();
+    let mut cfg = PipelineConfig {
+        file: path.to_path_buf(),
+        base_dir,
+        source: String::new(),
+        settings: Settings::default(),
+        nodes: Vec::new(),
+    };
+
+    let (root, syntax) = DeTable::parse_recoverable(&source);
+    for e in syntax {
+        diags.push(toml_diag(path, &source, &e, None));
+    }
+    if !diags.is_empty() {
+        cfg.source = source;
+        return Err(diags);
+    }
+    let root = root.into_inner();
+    for (key, value) in root.iter() {
+        let section = key.get_ref().as_ref();
+        match section {
+            "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
+                Ok(s) => cfg.settings = s,
+                Err(e) => diags.push(toml_diag(
+                    path,
+                    &source,
+                    &e,
+                    Some(&["name", "ort_library", "on_error"]),
+                )),
+            },
+            "sources" | "stages" | "sinks" => {
+                let role = match section {
+                    "sources" => Role::Source,
+                    "stages" => Role::Stage,
+                    _ => Role::Sink,
+                };
+                let DeValue::Table(table) = value.get_ref() else {
+                    diags.push(
+                        Diagnostic::at(
+                            path,
+                            &source,
+                            value.span(),
+                            format!("`{section}` must be a table of named {}s", role.noun()),
+                        )
+                        .with_help(format!(
+                            "write `[{section}.NAME]` with `kind = \"...\"` under it"
+                        )),
+                    );
+                    continue;
+                };
+                for (name, node) in table.iter() {
+                    match parse_node(path, &source, role, name, node) {
+                        Ok(n) => cfg.nodes.push(n),
+                        Err(mut ds) => diags.0.append(&mut ds),
+                    }
+                }
+            }
+            other => {
+                let mut d = Diagnostic::at(
+                    path,
+                    &source,
+                    key.span(),
+                    format!(
+                        "unknown section `{other}`, expected one of `pipeline`, `sources`, `stages`, `sinks`"
+                    ),
+                );
+                if let Some(c) = diag::closest(other, ["pipeline", "sources", "stages", "sinks"]) {
+                    d = d.with_help(format!("did you mean `{c}`?"));
+                }
+                diags.push(d);
+            }
+        }
+    }
+    let default_policy = cfg.settings.on_error.unwrap_or_default();
+    for n in &mut cfg.nodes {
+        n.on_error = n.on_error_set.unwrap_or(default_policy);
+    }
+    cfg.source = source;
+    if diags.is_empty() {
+        Ok(cfg)
+    } else {
+        diags.sort();
+        Err(diags)
+    }
+}
+
+fn parse_node(
+    path: &Path,
+    src: &str,
+    role: Role,
+    name: &Spanned<std::borrow::Cow<'_, str>>,
+    node: &Spanned<DeValue<'_>>,
+) -> Result<NodeConfig, Vec<Diagnostic>> {
+    let node_name = name.get_ref().to_string();
+    let DeValue::Table(table) = node.get_ref() else {
+        return Err(vec![
+            Diagnostic::at(
+                path,
+                src,
+                name.span(),
+                format!("{} `{node_name}` must be a table", role.noun()),
+            )
+            .with_help(format!(
+                "write `[{}.{node_name}]` with `kind = \"...\"` under it",
+                role.section()
+            )),
+        ]);
+    };
+    let mut common = toml::map::Map::new();
+    let mut rest = toml::map::Map::new();
+    for (k, v) in table.iter() {
+        if COMMON_KEYS.contains(&k.get_ref().as_ref()) {
+            common.insert(k.clone(), v.clone());
+        } else {
+            rest.insert(k.clone(), v.clone());
+        }
+    }
+    let kinds = kinds::kinds_for(role);
+    if !common.keys().any(|k| k.get_ref() == "kind") {
+        return Err(vec![
+            Diagnostic::at(
+                path,
+                src,
+                name.span(),
+                format!("{} `{node_name}` has no `kind`", role.noun()),
+            )
+            .with_help(format!(
+                "add `kind = \"...\"`, one of {}",
+                quote_list(kinds)
+            )),
+        ]);
+    }
+    let common = match Common::deserialize(ValueDeserializer::from(Spanned::new(
+        node.span(),
+        DeValue::Table(common),
+    ))) {
+        Ok(c) => c,
+        Err(e) => return Err(vec![toml_diag(path, src, &e, Some(COMMON_KEYS))]),
+    };
+    let kind_name = common.kind.get_ref().as_str();
+    if !kinds.contains(&kind_name) {
+        let mut d = Diagnostic::at(
+            path,
+            src,
+            common.kind.span(),
+            format!(
+                "unknown {} kind `{kind_name}`, expected one of {}",
+                role.noun(),
+                quote_list(kinds)
+            ),
+        );
+        if let Some(c) = diag::closest(kind_name, kinds.iter().copied()) {
+            d = d.with_help(format!("did you mean `{c}`?"));
+        }
+        return Err(vec![d]);
+    }
+    let rest = Spanned::new(node.span(), DeValue::Table(rest));
+    let kind = kinds::deserialize_kind(role, kind_name, ValueDeserializer::from(rest))
+        .map_err(|e| vec![toml_diag(path, src, &e, None)])?;
+    let mut diags = Vec::new();
+    let inputs = match (role, common.inputs) {
+        (Role::Source, Some(i)) => {
+            diags.push(
+                Diagnostic::at(
+                    path,
+                    src,
+                    i.span(),
+                    format!("source `{node_name}` cannot have `inputs`"),
+                )
+                .with_help("sources read media; remove `inputs` or make this node a stage"),
+            );
+            Vec::new()
+        }
+        (Role::Stage | Role::Sink, None) => {
+            diags.push(
+                Diagnostic::at(
+                    path,
+                    src,
+                    name.span(),
+                    format!("{} `{node_name}` has no `inputs`", role.noun()),
+                )
+                .with_help("add `inputs = [\"NAME\"]` naming the upstream node(s)"),
+            );
+            Vec::new()
+        }
+        (Role::Stage | Role::Sink, Some(i)) if i.get_ref().is_empty() => {
+            diags.push(
+                Diagnostic::at(
+                    path,
+                    src,
+                    i.span(),
+                    format!("{} `{node_name}` has an empty `inputs` list", role.noun()),
+                )
+                .with_help("name at least one upstream node"),
+            );
+            Vec::new()
+        }
+        (_, i) => i.map(Spanned::into_inner).unwrap_or_default(),
+    };
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    Ok(NodeConfig {
+        name: node_name,
+        role,
+        name_span: name.span(),
+        kind,
+        kind_span: common.kind.span(),
+        inputs,
+        queue: common.queue,
+        on_error: OnError::Skip,
+        on_error_set: common.on_error,
+    })
+}
+
+fn quote_list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Turn a toml/serde error into a located diagnostic with a fix hint.
+fn toml_diag(
+    path: &Path,
+    src: &str,
+    e: &toml::de::Error,
+    extra_known: Option<&[&str]>,
+) -> Diagnostic {
+    let span = e.span().unwrap_or(0..0);
+    let message = e.message().trim().to_string();
+    let mut d = Diagnostic::at(path, src, span, message.clone());
+    if let Some(field) = message
+        .strip_prefix("unknown field `")
+        .and_then(|m| m.split('`').next())
+    {
+        let expected: Vec<&str> = message
+            .split("expected ")
+            .nth(1)
+            .map(|s| s.split('`').skip(1).step_by(2).collect())
+            .unwrap_or_default();
+        let candidates = expected
+            .iter()
+            .copied()
+            .chain(extra_known.unwrap_or(&[]).iter().copied());
+        d = match diag::closest(field, candidates) {
+            Some(c) => d.with_help(format!("did you mean `{c}`?")),
+            None => d.with_help("remove it, or check the key names in README's TOML reference"),
+        };
+    } else if message.starts_with("invalid type") {
+        d = d.with_help("check the value's type in README's TOML reference");
+    } else if message.starts_with("missing field") {
+        d = d.with_help("add the field to this table");
+    } else if message.starts_with("unknown variant") {
+        d = d.with_help("use one of the listed values");
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests;

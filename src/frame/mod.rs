@@ -1,0 +1,194 @@
+//! What flows through a pipeline: a frame with its metadata, its decoded
+//! image and the results each stage attached.
+
+pub mod letterbox;
+pub mod pool;
+pub mod ticket;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use letterbox::Letterbox;
+pub use pool::{Pool, PoolBuf};
+pub use ticket::{Accounting, Counts, Ticket};
+
+/// Pixel layout of a decoded image (FFmpeg's names; GStreamer maps onto them).
+pub type PixelFormat = ffmpeg_next::format::Pixel;
+
+/// Colour matrix of YUV data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Matrix {
+    Bt601,
+    Bt709,
+    Bt2020,
+    /// Untagged: converters use BT.601, as FFmpeg does.
+    Unspecified,
+}
+
+/// How an image's colour values are to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColorInfo {
+    pub matrix: Matrix,
+    /// Full (0–255) rather than limited (16–235) range.
+    pub full_range: bool,
+}
+
+/// Where pixel data lives.
+pub enum Storage {
+    /// Host memory on loan from a pool.
+    Host(PoolBuf<u8>),
+    /// Device memory (filled by the GPU path).
+    #[cfg(feature = "cuda")]
+    Device(crate::backend::cuda::DeviceImage),
+}
+
+/// A decoded picture: planes packed one after another in `storage`.
+pub struct Image {
+    pub width: u32,
+    pub height: u32,
+    pub format: PixelFormat,
+    pub color: ColorInfo,
+    /// Byte offset of each plane in the buffer (unused planes: 0).
+    pub offsets: [usize; 4],
+    /// Bytes per row of each plane (unused planes: 0).
+    pub strides: [i32; 4],
+    pub storage: Storage,
+}
+
+impl Image {
+    /// The host bytes, if the image is in host memory.
+    pub fn host(&self) -> Option<&[u8]> {
+        match &self.storage {
+            Storage::Host(b) => Some(b),
+            #[cfg(feature = "cuda")]
+            Storage::Device(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image({}x{} {:?})", self.width, self.height, self.format)
+    }
+}
+
+/// A dense f32 tensor in host memory.
+#[derive(Debug)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: PoolBuf<f32>,
+}
+
+/// A preprocessed model input and how it maps back to the source image.
+#[derive(Debug)]
+pub struct ModelInput {
+    pub tensor: Tensor,
+    pub letterbox: Letterbox,
+}
+
+/// A model's outputs for one frame.
+#[derive(Debug)]
+pub struct ModelOutputs {
+    pub outputs: Vec<(String, Tensor)>,
+    /// Carried over from the input so postprocessors map back to source pixels.
+    pub letterbox: Letterbox,
+}
+
+impl ModelOutputs {
+    pub fn get(&self, name: Option<&str>) -> Option<&Tensor> {
+        match name {
+            Some(n) => self.outputs.iter().find(|(k, _)| k == n).map(|(_, t)| t),
+            None => self.outputs.first().map(|(_, t)| t),
+        }
+    }
+}
+
+/// A detected text region in source pixels.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TextBox {
+    /// Corners clockwise from top-left.
+    pub quad: [[f32; 2]; 4],
+    /// Axis-aligned bounds: x0, y0, x1, y1.
+    pub bbox: [f32; 4],
+    /// Mean probability inside the box.
+    pub score: f32,
+}
+
+/// A result a stage attaches to a frame.
+#[derive(Debug)]
+pub enum Payload {
+    Input(ModelInput),
+    Outputs(ModelOutputs),
+    TextBoxes(Vec<TextBox>),
+}
+
+impl Payload {
+    /// The JSON sinks write (`None`: internal data such as tensors).
+    pub fn to_json(&self) -> Option<serde_json::Value> {
+        match self {
+            Payload::Input(_) | Payload::Outputs(_) => None,
+            Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
+        }
+    }
+}
+
+/// A result, with the node that produced it.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    pub node: Arc<str>,
+    pub payload: Arc<Payload>,
+}
+
+/// One frame of one stream. Cloning is cheap: the image and the results are
+/// shared by `Arc` (fan-out never copies pixels).
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The source node's name.
+    pub stream: Arc<str>,
+    /// Index of the source in the pipeline.
+    pub stream_index: u32,
+    /// 0, 1, 2… per stream, in decode order.
+    pub seq: u64,
+    /// Presentation timestamp in `time_base` units.
+    pub pts: Option<i64>,
+    pub time_base: (i32, i32),
+    /// When the source emitted the frame (for end-to-end latency).
+    pub created: Instant,
+    pub image: Option<Arc<Image>>,
+    pub results: Vec<Attached>,
+    pub ticket: Arc<Ticket>,
+}
+
+impl Frame {
+    /// pts in seconds.
+    pub fn pts_seconds(&self) -> Option<f64> {
+        let (num, den) = self.time_base;
+        self.pts
+            .filter(|_| den != 0)
+            .map(|p| p as f64 * num as f64 / den as f64)
+    }
+
+    pub fn attach(&mut self, node: &Arc<str>, payload: Payload) {
+        self.results.push(Attached {
+            node: node.clone(),
+            payload: Arc::new(payload),
+        });
+    }
+
+    /// The most recent model input attached.
+    pub fn model_input(&self) -> Option<&ModelInput> {
+        self.results.iter().rev().find_map(|a| match &*a.payload {
+            Payload::Input(i) => Some(i),
+            _ => None,
+        })
+    }
+
+    /// The most recent model outputs attached.
+    pub fn model_outputs(&self) -> Option<&ModelOutputs> {
+        self.results.iter().rev().find_map(|a| match &*a.payload {
+            Payload::Outputs(o) => Some(o),
+            _ => None,
+        })
+    }
+}

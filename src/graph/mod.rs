@@ -1,0 +1,515 @@
+//! The pipeline graph, checked whole before anything runs: inputs resolve,
+//! no cycles, connected nodes agree on data types, files exist, and models
+//! fit the tensors fed to them. Every error is collected and located.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::config::{
+    Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url,
+};
+use crate::stages::ModelIo;
+
+/// What flows along an edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    Video,
+    Tensor,
+    ModelOutputs,
+    TextBoxes,
+    /// Sinks produce nothing.
+    Nothing,
+}
+
+impl DataType {
+    pub fn describe(self) -> &'static str {
+        match self {
+            DataType::Video => "video frames",
+            DataType::Tensor => "model input tensors",
+            DataType::ModelOutputs => "model outputs",
+            DataType::TextBoxes => "text boxes",
+            DataType::Nothing => "nothing",
+        }
+    }
+}
+
+fn output_type(kind: &NodeKind) -> DataType {
+    match kind {
+        NodeKind::File(_) => DataType::Video,
+        NodeKind::Preprocess(_) => DataType::Tensor,
+        NodeKind::Infer(_) => DataType::ModelOutputs,
+        NodeKind::TextDetection(_) => DataType::TextBoxes,
+        NodeKind::Ndjson(_) | NodeKind::Null(_) => DataType::Nothing,
+    }
+}
+
+/// What a node accepts (`None`: anything).
+fn input_type(kind: &NodeKind) -> Option<(DataType, &'static str)> {
+    match kind {
+        NodeKind::Preprocess(_) => Some((DataType::Video, "connect a video source here")),
+        NodeKind::Infer(_) => Some((
+            DataType::Tensor,
+            "put a `preprocess` stage in between and name it in `inputs`",
+        )),
+        NodeKind::TextDetection(_) => Some((
+            DataType::ModelOutputs,
+            "name an `infer` stage running a text detection model in `inputs`",
+        )),
+        _ => None,
+    }
+}
+
+/// The checked graph: edges by node index, in the config's node order.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    pub producers: Vec<Vec<usize>>,
+    pub consumers: Vec<Vec<usize>>,
+    /// Nodes in dependency order (every producer before its consumers).
+    pub order: Vec<usize>,
+    queue_total: usize,
+}
+
+impl Graph {
+    /// Buffers that can be alive at once: all queues full plus one per node, plus slack.
+    pub fn buffers_in_flight(&self) -> usize {
+        self.queue_total + self.producers.len() + 4
+    }
+
+    /// The tensor shape produced by the preprocess feeding node `i`, if there is one.
+    pub fn preprocess_shape(&self, cfg: &PipelineConfig, i: usize) -> Option<Vec<usize>> {
+        self.producers[i]
+            .iter()
+            .find_map(|&p| match &cfg.nodes[p].kind {
+                NodeKind::Preprocess(c) => {
+                    let (w, h) = (*c.width.get_ref() as usize, *c.height.get_ref() as usize);
+                    Some(match c.layout {
+                        Layout::Nchw => vec![1, 3, h, w],
+                        Layout::Nhwc => vec![1, h, w, 3],
+                    })
+                }
+                _ => None,
+            })
+    }
+}
+
+/// Check structure, types and files. Models are checked by [`check_models`].
+pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
+    let mut diags = Diagnostics::default();
+    let n = cfg.nodes.len();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        if let Some(&first) = index.get(node.name.as_str()) {
+            let f = &cfg.nodes[first];
+            diags.push(
+                cfg.diag(
+                    node.name_span.clone(),
+                    format!(
+                        "name `{}` is used twice (also {} `{}`)",
+                        node.name,
+                        f.role.noun(),
+                        f.name
+                    ),
+                )
+                .with_help("node names are shared by sources, stages and sinks; rename one"),
+            );
+        } else {
+            index.insert(&node.name, i);
+        }
+    }
+    if !cfg.nodes.iter().any(|n| n.role == Role::Source) {
+        diags.push(
+            Diagnostic::whole_file(&cfg.file, "the pipeline has no sources").with_help(
+                "add a `[sources.NAME]` table with `kind = \"file\"` and `uri = \"...\"`",
+            ),
+        );
+    }
+    if !cfg.nodes.iter().any(|n| n.role == Role::Sink) {
+        diags.push(Diagnostic::whole_file(&cfg.file, "the pipeline has no sinks").with_help("add a `[sinks.NAME]` table, e.g. `kind = \"ndjson\"` with `path = \"results.ndjson\"`"));
+    }
+
+    let mut producers = vec![Vec::new(); n];
+    let mut consumers = vec![Vec::new(); n];
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        for input in &node.inputs {
+            let name = input.get_ref().as_str();
+            let Some(&p) = index.get(name) else {
+                let mut d = cfg.diag(
+                    input.span(),
+                    format!(
+                        "{} `{}` names unknown input `{name}`",
+                        node.role.noun(),
+                        node.name
+                    ),
+                );
+                d = match diag::closest(
+                    name,
+                    cfg.nodes
+                        .iter()
+                        .filter(|m| m.role != Role::Sink)
+                        .map(|m| m.name.as_str()),
+                ) {
+                    Some(c) => d.with_help(format!("did you mean `{c}`?")),
+                    None => d.with_help("inputs name sources or stages defined in this file"),
+                };
+                diags.push(d);
+                continue;
+            };
+            let prod = &cfg.nodes[p];
+            if prod.role == Role::Sink {
+                diags.push(cfg.diag(input.span(), format!("`{name}` is a sink and produces nothing; {} `{}` cannot take it as input", node.role.noun(), node.name))
+                    .with_help("name the stage that feeds that sink instead"));
+                continue;
+            }
+            if p == i {
+                diags.push(
+                    cfg.diag(input.span(), format!("cycle: [ {0} -> {0} ]", node.name))
+                        .with_help("a node cannot be its own input"),
+                );
+                continue;
+            }
+            if producers[i].contains(&p) {
+                diags.push(
+                    cfg.diag(input.span(), format!("input `{name}` is listed twice"))
+                        .with_help("remove the duplicate"),
+                );
+                continue;
+            }
+            producers[i].push(p);
+            consumers[p].push(i);
+            let got = output_type(&prod.kind);
+            if let Some((want, help)) = input_type(&node.kind) {
+                if got != want {
+                    diags.push(cfg.diag(input.span(), format!(
+                        "type mismatch: {} `{}` ({}) takes {}, but `{name}` ({}) produces {}",
+                        node.role.noun(), node.name, node.kind.name(), want.describe(), prod.kind.name(), got.describe()
+                    )).with_help(help));
+                }
+            }
+        }
+    }
+
+    // Cycles: depth-first search; each cycle is reported once, as its chain.
+    let order = match topo_order(&producers) {
+        Ok(o) => o,
+        Err(cycle) => {
+            let names: Vec<&str> = cycle.iter().map(|&i| cfg.nodes[i].name.as_str()).collect();
+            let last = *cycle.last().expect("cycle has nodes");
+            let first = cycle[0];
+            let node = &cfg.nodes[first];
+            let span = node
+                .inputs
+                .iter()
+                .find(|s| s.get_ref() == &cfg.nodes[last].name)
+                .map(|s| s.span())
+                .unwrap_or(node.name_span.clone());
+            diags.push(
+                cfg.diag(
+                    span,
+                    format!("cycle: [ {} -> {} ]", names.join(" -> "), names[0]),
+                )
+                .with_help("frames must flow from sources to sinks; remove one of these inputs"),
+            );
+            Vec::new()
+        }
+    };
+
+    // Files that must exist before the run.
+    for node in &cfg.nodes {
+        let (value, what) = match &node.kind {
+            NodeKind::File(c) => (&c.uri, "media file"),
+            NodeKind::Infer(c) => (&c.model, "model file"),
+            _ => continue,
+        };
+        match cfg.resolve_path(value) {
+            Ok(p) if is_url(value.get_ref()) || p.as_os_str() == "-" => {}
+            Ok(p) if !p.exists() => {
+                let help = if what == "model file" {
+                    "run scripts/fetch-models.sh, or fix the path (relative paths start at the pipeline file's folder)"
+                } else {
+                    "fix the path (relative paths start at the pipeline file's folder); scripts/make-samples.sh makes the bundled samples"
+                };
+                diags.push(
+                    cfg.diag(value.span(), format!("{what} not found: {}", p.display()))
+                        .with_help(help),
+                );
+            }
+            Ok(p) if p.is_dir() => {
+                diags.push(cfg.diag(value.span(), format!("{what} is a folder: {}", p.display())))
+            }
+            Ok(_) => {}
+            Err(d) => diags.push(d),
+        }
+    }
+    if let Some(s) = &cfg.settings.ort_library {
+        if let Err(d) = cfg.resolve_path(s) {
+            diags.push(d);
+        }
+    }
+
+    let queue_total = cfg
+        .nodes
+        .iter()
+        .map(|n| n.queue.map_or(8, |q| q.capacity.get()))
+        .sum();
+    if diags.is_empty() {
+        Ok(Graph {
+            producers,
+            consumers,
+            order,
+            queue_total,
+        })
+    } else {
+        diags.sort();
+        Err(diags)
+    }
+}
+
+/// Kahn's algorithm; on a cycle, returns one cycle's nodes in flow order.
+fn topo_order(producers: &[Vec<usize>]) -> Result<Vec<usize>, Vec<usize>> {
+    let n = producers.len();
+    let mut indeg: Vec<usize> = producers.iter().map(Vec::len).collect();
+    let mut consumers = vec![Vec::new(); n];
+    for (i, ps) in producers.iter().enumerate() {
+        for &p in ps {
+            consumers[p].push(i);
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).rev().collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop() {
+        order.push(i);
+        for &c in consumers[i].iter().rev() {
+            indeg[c] -= 1;
+            if indeg[c] == 0 {
+                ready.push(c);
+            }
+        }
+    }
+    if order.len() == n {
+        return Ok(order);
+    }
+    // Walk producers among the remaining nodes until one repeats.
+    let stuck: Vec<bool> = indeg.iter().map(|&d| d > 0).collect();
+    let start = (0..n).find(|&i| stuck[i]).expect("some node is stuck");
+    let mut path = vec![start];
+    let mut cur = start;
+    loop {
+        let next = *producers[cur]
+            .iter()
+            .find(|&&p| stuck[p])
+            .expect("stuck node has a stuck producer");
+        if let Some(pos) = path.iter().position(|&x| x == next) {
+            let mut cycle = path[pos..].to_vec();
+            cycle.reverse(); // producers were followed backwards
+            return Err(cycle);
+        }
+        path.push(next);
+        cur = next;
+    }
+}
+
+/// Check every infer stage's model against what feeds it, and every
+/// postprocess against the model it reads.
+pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        match &node.kind {
+            NodeKind::Infer(c) => {
+                let Some((inputs, _)) = models.get(&node.name) else {
+                    continue;
+                };
+                let input = match &c.input {
+                    Some(n) => match inputs.iter().find(|x| &x.name == n.get_ref()) {
+                        Some(x) => x,
+                        None => {
+                            let names: Vec<_> =
+                                inputs.iter().map(|x| format!("`{}`", x.name)).collect();
+                            diags.push(cfg.diag(
+                                n.span(),
+                                format!(
+                                    "model has no input `{}`; its inputs are {}",
+                                    n.get_ref(),
+                                    names.join(", ")
+                                ),
+                            ));
+                            continue;
+                        }
+                    },
+                    None => match inputs.first() {
+                        Some(x) => x,
+                        None => continue,
+                    },
+                };
+                if !input.dtype.contains("float32") && !input.dtype.contains("f32") {
+                    diags.push(cfg.diag(
+                        c.model.span(),
+                        format!(
+                            "model input `{}` is {}, but preprocess produces float32",
+                            input.name, input.dtype
+                        ),
+                    ));
+                }
+                for &p in &graph.producers[i] {
+                    let NodeKind::Preprocess(pc) = &cfg.nodes[p].kind else {
+                        continue;
+                    };
+                    let pname = &cfg.nodes[p].name;
+                    let want = graph.preprocess_shape(cfg, i).unwrap_or_default();
+                    let model = c.model.get_ref();
+                    if input.dims.len() != 4 {
+                        diags.push(cfg.diag(c.model.span(), format!(
+                            "model `{model}` input `{}` has shape {}, but preprocess `{pname}` produces a 4-d image tensor {want:?}", input.name, input.shape_string()
+                        )).with_help("use an image model (N, C, H, W or N, H, W, C input)"));
+                        continue;
+                    }
+                    let (c_at, h_at, w_at) = match pc.layout {
+                        Layout::Nchw => (1, 2, 3),
+                        Layout::Nhwc => (3, 1, 2),
+                    };
+                    let d = &input.dims;
+                    let fixed = |k: usize| (d[k] >= 0).then_some(d[k] as usize);
+                    if fixed(c_at).is_some_and(|v| v != 3) {
+                        let other = if pc.layout == Layout::Nchw {
+                            "nhwc"
+                        } else {
+                            "nchw"
+                        };
+                        diags.push(cfg.diag(c.model.span(), format!(
+                            "model `{model}` input `{}` has shape {}: {} channels where preprocess `{pname}` ({:?}) puts 3", input.name, input.shape_string(), d[c_at], pc.layout
+                        ).replace("Nchw", "nchw").replace("Nhwc", "nhwc")).with_help(format!("set layout = \"{other}\" in `{pname}` if the model takes that layout")));
+                    }
+                    if fixed(0).is_some_and(|v| v != 1) {
+                        diags.push(cfg.diag(c.model.span(), format!("model `{model}` input `{}` has a fixed batch of {} ({}); frames are fed one at a time", input.name, d[0], input.shape_string()))
+                            .with_help("export the model with batch 1 or a dynamic batch"));
+                    }
+                    for (k, key, val) in [(h_at, "height", &pc.height), (w_at, "width", &pc.width)]
+                    {
+                        if let Some(v) = fixed(k) {
+                            if v != *val.get_ref() as usize {
+                                diags.push(cfg.diag(val.span(), format!(
+                                    "preprocess `{pname}` makes tensors of {key} {}, but model `{model}` input `{}` needs {key} {v} (shape {})",
+                                    val.get_ref(), input.name, input.shape_string()
+                                )).with_help(format!("set {key} = {v} in `{pname}`")));
+                            }
+                        }
+                    }
+                }
+            }
+            NodeKind::TextDetection(c) => {
+                for &p in &graph.producers[i] {
+                    let Some((_, outputs)) = models.get(&cfg.nodes[p].name) else {
+                        continue;
+                    };
+                    let out = match &c.output {
+                        Some(n) => match outputs.iter().find(|o| &o.name == n.get_ref()) {
+                            Some(o) => o,
+                            None => {
+                                let names: Vec<_> =
+                                    outputs.iter().map(|x| format!("`{}`", x.name)).collect();
+                                diags.push(cfg.diag(
+                                    n.span(),
+                                    format!(
+                                        "model of `{}` has no output `{}`; its outputs are {}",
+                                        cfg.nodes[p].name,
+                                        n.get_ref(),
+                                        names.join(", ")
+                                    ),
+                                ));
+                                continue;
+                            }
+                        },
+                        None => match outputs.first() {
+                            Some(o) => o,
+                            None => continue,
+                        },
+                    };
+                    let ok = match out.dims.as_slice() {
+                        [_, c1, _, _] => *c1 == 1 || *c1 < 0,
+                        [_, _, _] => true,
+                        _ => false,
+                    };
+                    if !ok {
+                        diags.push(cfg.diag(node.kind_span.clone(), format!(
+                            "text_detection `{}` needs a probability map [N, 1, H, W], but `{}` outputs `{}` with shape {}",
+                            node.name, cfg.nodes[p].name, out.name, out.shape_string()
+                        )).with_help("feed it a DB text detection model such as PP-OCRv4 det"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    diags.sort();
+    diags
+}
+
+fn shape(kind: &NodeKind, role: Role, name: &str) -> (String, String) {
+    let label = format!("{name}\\n{}", kind.name());
+    match role {
+        Role::Source => (format!("[/\"{label}\"/]"), "invhouse".into()),
+        Role::Stage => (format!("[\"{label}\"]"), "box".into()),
+        Role::Sink => (format!("[(\"{label}\")]"), "cylinder".into()),
+    }
+}
+
+/// Graphviz DOT: sources, stages and sinks drawn as different shapes.
+pub fn to_dot(cfg: &PipelineConfig) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "digraph \"{}\" {{\n  rankdir=LR;", cfg.name());
+    for n in &cfg.nodes {
+        let (_, dot_shape) = shape(&n.kind, n.role, &n.name);
+        let _ = writeln!(
+            s,
+            "  \"{}\" [shape={dot_shape}, label=\"{}\\n({})\"];",
+            n.name,
+            n.name,
+            n.kind.name()
+        );
+    }
+    for n in &cfg.nodes {
+        for i in &n.inputs {
+            let _ = writeln!(s, "  \"{}\" -> \"{}\";", i.get_ref(), n.name);
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Mermaid flowchart, with the same shapes.
+pub fn to_mermaid(cfg: &PipelineConfig) -> String {
+    let mut s = String::from("flowchart LR\n");
+    let id = |name: &str| name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "_");
+    for n in &cfg.nodes {
+        let (m, _) = shape(&n.kind, n.role, &n.name);
+        let _ = writeln!(s, "  {}{}", id(&n.name), m.replace("\\n", "<br/>"));
+    }
+    for n in &cfg.nodes {
+        for i in &n.inputs {
+            let _ = writeln!(s, "  {} --> {}", id(i.get_ref()), id(&n.name));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topo_orders_producers_first() {
+        // 0 -> 1 -> 2, 0 -> 2
+        let producers = vec![vec![], vec![0], vec![1, 0]];
+        assert_eq!(topo_order(&producers).unwrap(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn finds_a_cycle_in_flow_order() {
+        // 0 -> 1 -> 2 -> 3 -> 1
+        let producers = vec![vec![], vec![0, 3], vec![1], vec![2]];
+        let c = topo_order(&producers).unwrap_err();
+        assert_eq!(c.len(), 3);
+        let pos = |x| c.iter().position(|&v| v == x).unwrap();
+        assert_eq!((pos(2) + 3 - pos(1)) % 3, 1, "1 flows into 2: {c:?}");
+        assert_eq!((pos(3) + 3 - pos(2)) % 3, 1, "2 flows into 3: {c:?}");
+    }
+}

@@ -1,0 +1,19 @@
+//! infer-stream: real-time video inference pipelines declared in one TOML file.
+//!
+//! The crate is split the way data flows:
+//! - [`config`] reads a pipeline TOML into typed node configs, with every error located;
+//! - [`graph`] checks the whole graph (inputs, cycles, data types, models) before anything runs;
+//! - [`runtime`] runs one thread per node over bounded channels, with accounting and shutdown;
+//! - [`frame`] is what flows: a decoded image, its metadata and the results stages attach;
+//! - [`stages`] are the sources, preprocess, inference, postprocess and sinks;
+//! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod backend;
+pub mod bench;
+pub mod config;
+pub mod frame;
+pub mod graph;
+pub mod runtime;
+pub mod stages;

@@ -1,0 +1,534 @@
+//! Runs a built pipeline: one thread per node, bounded crossbeam channels
+//! between them, frames accounted for, and an orderly drain on shutdown.
+
+pub mod report;
+pub mod stats;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+
+use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
+use crate::frame::{Accounting, Frame, Image};
+use crate::graph::Graph;
+use crate::stages::{Body, StageError};
+pub use report::RunReport;
+pub use stats::NodeStats;
+
+/// Why and whether the pipeline is stopping.
+#[derive(Debug, Default)]
+pub struct Shutdown {
+    stop: AtomicBool,
+    /// The signal that asked for the stop (0: none).
+    signal: AtomicI32,
+    fatal: Mutex<Option<String>>,
+}
+
+impl Shutdown {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Shutdown::default())
+    }
+    /// Ask sources to stop; frames in flight drain.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+    /// A signal (SIGINT, SIGTERM) asked for the stop.
+    pub fn interrupt(&self, signal: i32) {
+        let _ = self
+            .signal
+            .compare_exchange(0, signal, Ordering::AcqRel, Ordering::Acquire);
+        self.stop();
+    }
+    /// A stage failed for good: record the first reason and stop.
+    pub fn fail(&self, reason: String) {
+        let mut f = self.fatal.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            tracing::error!("{reason}; stopping the pipeline");
+            *f = Some(reason);
+        }
+        drop(f);
+        self.stop();
+    }
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+    pub fn signal(&self) -> Option<i32> {
+        match self.signal.load(Ordering::Acquire) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// One queue into a consumer node, as seen by a producer.
+struct Edge {
+    tx: Sender<Frame>,
+    /// Kept to pop the oldest frame when full (`drop_oldest`).
+    rx: Receiver<Frame>,
+    when_full: WhenFull,
+    to: Arc<NodeStats>,
+}
+
+impl Edge {
+    /// Send one frame; `false` when the consumer is gone.
+    fn send(&self, frame: Frame) -> bool {
+        match self.when_full {
+            WhenFull::Block => match self.tx.send(frame) {
+                Ok(()) => true,
+                Err(e) => {
+                    e.0.ticket.dropped();
+                    false
+                }
+            },
+            WhenFull::DropNewest => match self.tx.try_send(frame) {
+                Ok(()) => true,
+                Err(TrySendError::Full(f)) => {
+                    f.ticket.dropped();
+                    self.to.dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(TrySendError::Disconnected(f)) => {
+                    f.ticket.dropped();
+                    false
+                }
+            },
+            WhenFull::DropOldest => {
+                let mut frame = frame;
+                loop {
+                    match self.tx.try_send(frame) {
+                        Ok(()) => return true,
+                        Err(TrySendError::Full(f)) => {
+                            if let Ok(old) = self.rx.try_recv() {
+                                old.ticket.dropped();
+                                self.to.dropped.fetch_add(1, Ordering::Relaxed);
+                            }
+                            frame = f;
+                        }
+                        Err(TrySendError::Disconnected(f)) => {
+                            f.ticket.dropped();
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A node's outgoing edges (fan-out shares the frame by `Arc`, never copies pixels).
+pub struct Outputs {
+    edges: Vec<Edge>,
+}
+
+impl Outputs {
+    /// Send to every consumer; `false` when all of them are gone.
+    fn send(&self, frame: Frame) -> bool {
+        let Some((last, rest)) = self.edges.split_last() else {
+            // No consumers: the frame ends here, delivered nowhere.
+            frame.ticket.dropped();
+            return true;
+        };
+        let mut any = false;
+        for e in rest {
+            any |= e.send(frame.clone());
+        }
+        any | last.send(frame)
+    }
+}
+
+/// What a source sees: the stop flag and a way to emit frames.
+pub struct SourceCtx<'a> {
+    pub name: Arc<str>,
+    pub index: u32,
+    shutdown: &'a Shutdown,
+    acct: &'a Arc<Accounting>,
+    stats: &'a NodeStats,
+    emit: &'a mut dyn FnMut(Frame) -> bool,
+}
+
+impl<'a> SourceCtx<'a> {
+    /// A context that hands frames to `emit` (used by the runtime and by `bench --isolate`).
+    pub fn new(
+        name: Arc<str>,
+        index: u32,
+        shutdown: &'a Shutdown,
+        acct: &'a Arc<Accounting>,
+        stats: &'a NodeStats,
+        emit: &'a mut dyn FnMut(Frame) -> bool,
+    ) -> Self {
+        SourceCtx {
+            name,
+            index,
+            shutdown,
+            acct,
+            stats,
+            emit,
+        }
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.shutdown.stopping()
+    }
+
+    /// A new frame of this stream, with its accounting ticket.
+    pub fn new_frame(
+        &self,
+        seq: u64,
+        pts: Option<i64>,
+        time_base: (i32, i32),
+        image: Option<Arc<Image>>,
+    ) -> Frame {
+        Frame {
+            stream: self.name.clone(),
+            stream_index: self.index,
+            seq,
+            pts,
+            time_base,
+            created: Instant::now(),
+            image,
+            results: Vec::new(),
+            ticket: self.acct.issue(),
+        }
+    }
+
+    /// Send a frame downstream; `false` when nobody is listening any more.
+    pub fn emit(&mut self, frame: Frame) -> bool {
+        self.stats.frames_out.fetch_add(1, Ordering::Relaxed);
+        (self.emit)(frame)
+    }
+
+    /// Corrupt packets or unusable frames the decoder skipped.
+    pub fn note_decode_errors(&self, n: u64) {
+        self.stats.decode_errors.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A node ready to run.
+pub struct Node {
+    pub name: Arc<str>,
+    pub kind: &'static str,
+    pub role: Role,
+    pub on_error: OnError,
+    pub body: Body,
+    pub describe: String,
+}
+
+/// A built pipeline.
+pub struct Pipeline {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    graph: Graph,
+    queues: Vec<(usize, Option<WhenFull>)>,
+}
+
+impl Pipeline {
+    pub fn new(cfg: &PipelineConfig, graph: Graph, bodies: Vec<Body>) -> Self {
+        let nodes: Vec<Node> = cfg
+            .nodes
+            .iter()
+            .zip(bodies)
+            .map(|(n, body): (&NodeConfig, Body)| Node {
+                name: Arc::from(n.name.as_str()),
+                kind: n.kind.name(),
+                role: n.role,
+                on_error: n.on_error,
+                describe: match &body {
+                    Body::Source(s) => s.describe(),
+                    Body::Stage(s) => s.describe(),
+                    Body::Sink(s) => s.describe(),
+                },
+                body,
+            })
+            .collect();
+        let queues = cfg
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.queue.map_or(8, |q| q.capacity.get()),
+                    n.queue.and_then(|q| q.when_full),
+                )
+            })
+            .collect();
+        Pipeline {
+            name: cfg.name(),
+            nodes,
+            graph,
+            queues,
+        }
+    }
+
+    /// Frames the sources expect to produce, if all of them know.
+    pub fn expected_frames(&self) -> Option<u64> {
+        let mut total = 0;
+        for n in &self.nodes {
+            if let Body::Source(s) = &n.body {
+                total += s.expected_frames()?;
+            }
+        }
+        Some(total)
+    }
+
+    /// Whether any source upstream of node `i` is live.
+    fn live_upstream(&self, i: usize) -> bool {
+        let mut stack = vec![i];
+        let mut seen = vec![false; self.nodes.len()];
+        while let Some(j) = stack.pop() {
+            if std::mem::replace(&mut seen[j], true) {
+                continue;
+            }
+            if let Body::Source(s) = &self.nodes[j].body {
+                if s.is_live() {
+                    return true;
+                }
+            }
+            stack.extend(&self.graph.producers[j]);
+        }
+        false
+    }
+
+    /// Run to completion (or until `shutdown`), then report.
+    pub fn run(
+        self,
+        shutdown: Arc<Shutdown>,
+        acct: Arc<Accounting>,
+        on_tick: Option<&mut dyn FnMut(&[Arc<NodeStats>], Duration)>,
+    ) -> RunReport {
+        let started = Instant::now();
+        let n = self.nodes.len();
+        let stats: Vec<Arc<NodeStats>> = self
+            .nodes
+            .iter()
+            .map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role)))
+            .collect();
+        // One channel per consumer; all its producers share it (fan-in).
+        let mut channels: Vec<Option<(Sender<Frame>, Receiver<Frame>, WhenFull)>> =
+            Vec::with_capacity(n);
+        for i in 0..n {
+            if self.graph.producers[i].is_empty() {
+                channels.push(None);
+                continue;
+            }
+            let (cap, when_full) = self.queues[i];
+            let when_full = when_full.unwrap_or(if self.live_upstream(i) {
+                WhenFull::DropOldest
+            } else {
+                WhenFull::Block
+            });
+            let (tx, rx) = bounded(cap);
+            stats[i].set_capacity(cap);
+            channels.push(Some((tx, rx, when_full)));
+        }
+        let mut outputs: Vec<Outputs> = (0..n).map(|_| Outputs { edges: Vec::new() }).collect();
+        for (i, cons) in self.graph.consumers.iter().enumerate() {
+            for &c in cons {
+                let (tx, rx, wf) = channels[c].as_ref().expect("consumer has a channel");
+                outputs[i].edges.push(Edge {
+                    tx: tx.clone(),
+                    rx: rx.clone(),
+                    when_full: *wf,
+                    to: stats[c].clone(),
+                });
+            }
+        }
+        let mut inputs: Vec<Option<Receiver<Frame>>> = channels
+            .into_iter()
+            .map(|c| c.map(|(_, rx, _)| rx))
+            .collect();
+        let source_errors = Arc::new(Mutex::new(Vec::new()));
+
+        let mut handles = Vec::new();
+        for ((i, node), out) in self.nodes.into_iter().enumerate().zip(outputs) {
+            let st = stats[i].clone();
+            let rx = inputs[i].take();
+            let sd = shutdown.clone();
+            let acct = acct.clone();
+            let errs = source_errors.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("node:{}", node.name))
+                .spawn(move || run_node(i as u32, node, rx, out, st, sd, acct, errs))
+                .expect("spawn node thread");
+            handles.push(h);
+        }
+        // Progress ticks while the nodes run.
+        let mut on_tick = on_tick;
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(100));
+            if let Some(t) = on_tick.as_mut() {
+                t(&stats, started.elapsed());
+            }
+        }
+        for h in handles {
+            if h.join().is_err() {
+                shutdown.fail("a node thread panicked outside its stage".into());
+            }
+        }
+        let wall = started.elapsed();
+        RunReport::new(
+            self.name,
+            &stats,
+            acct.snapshot(),
+            wall,
+            shutdown.signal(),
+            shutdown.fatal(),
+            source_errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_node(
+    index: u32,
+    node: Node,
+    rx: Option<Receiver<Frame>>,
+    out: Outputs,
+    st: Arc<NodeStats>,
+    sd: Arc<Shutdown>,
+    acct: Arc<Accounting>,
+    errs: Arc<Mutex<Vec<String>>>,
+) {
+    let Node {
+        name,
+        body,
+        on_error,
+        role,
+        ..
+    } = node;
+    match body {
+        Body::Source(mut src) => {
+            let t0 = Instant::now();
+            let mut emit = |f: Frame| out.send(f);
+            let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit);
+            let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
+            st.add_busy(t0.elapsed());
+            let err = match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(p) => Some(format!("panic: {}", panic_message(p))),
+            };
+            if let Some(e) = err {
+                let msg = format!("source `{name}`: {e}");
+                tracing::error!("{msg}");
+                errs.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+            }
+            // Dropping `out` closes our side of every edge: end of stream downstream.
+        }
+        Body::Stage(mut stage) => {
+            let rx = rx.expect("stage has an input");
+            let mut dead = false;
+            for mut frame in rx.iter() {
+                st.frame_in(rx.len());
+                if dead {
+                    frame.ticket.failed();
+                    st.failed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let t0 = Instant::now();
+                let r = catch_unwind(AssertUnwindSafe(|| stage.process(&mut frame)));
+                st.record(t0.elapsed(), None);
+                let err = match r {
+                    Ok(Ok(())) => {
+                        st.frames_out.fetch_add(1, Ordering::Relaxed);
+                        out.send(frame);
+                        continue;
+                    }
+                    Ok(Err(StageError::Frame(e))) if on_error == OnError::Skip => {
+                        frame.ticket.failed();
+                        let n = st.failed.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_power_of_two() {
+                            tracing::warn!(
+                                "stage `{name}`: stream `{}` frame {}: {e} (skipped; {n} so far)",
+                                frame.stream,
+                                frame.seq
+                            );
+                        }
+                        continue;
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(p) => format!("panic: {}", panic_message(p)),
+                };
+                frame.ticket.failed();
+                st.failed.fetch_add(1, Ordering::Relaxed);
+                sd.fail(format!(
+                    "stage `{name}` failed on stream `{}` frame {}: {err}",
+                    frame.stream, frame.seq
+                ));
+                dead = true;
+            }
+        }
+        Body::Sink(mut sink) => {
+            let rx = rx.expect("sink has an input");
+            let mut dead = false;
+            for frame in rx.iter() {
+                st.frame_in(rx.len());
+                if dead {
+                    frame.ticket.failed();
+                    st.failed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let t0 = Instant::now();
+                let r = catch_unwind(AssertUnwindSafe(|| sink.write(&frame)));
+                st.record(t0.elapsed(), Some(frame.created.elapsed()));
+                match r {
+                    Ok(Ok(())) => {
+                        frame.ticket.sunk();
+                        st.frames_out.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Err(StageError::Frame(e))) if on_error == OnError::Skip => {
+                        frame.ticket.failed();
+                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            "sink `{name}`: stream `{}` frame {}: {e} (skipped)",
+                            frame.stream,
+                            frame.seq
+                        );
+                    }
+                    Ok(Err(e)) => {
+                        frame.ticket.failed();
+                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        sd.fail(format!(
+                            "sink `{name}` failed on stream `{}` frame {}: {e}",
+                            frame.stream, frame.seq
+                        ));
+                        dead = true;
+                    }
+                    Err(p) => {
+                        frame.ticket.failed();
+                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        sd.fail(format!(
+                            "sink `{name}` panicked on stream `{}` frame {}: {}",
+                            frame.stream,
+                            frame.seq,
+                            panic_message(p)
+                        ));
+                        dead = true;
+                    }
+                }
+            }
+            if let Err(e) = catch_unwind(AssertUnwindSafe(|| sink.finish()))
+                .unwrap_or_else(|p| Err(panic_message(p)))
+            {
+                sd.fail(format!("sink `{name}`: {e}"));
+            }
+        }
+    }
+    let _ = role;
+    st.finish();
+}

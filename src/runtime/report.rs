@@ -1,0 +1,212 @@
+//! The end-of-run report: per-node table, accounting line, JSON form.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::NodeStats;
+use crate::frame::Counts;
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub count: u64,
+}
+
+impl Latency {
+    fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let ms = |v: u64| v as f64 / 1000.0;
+        Latency {
+            p50: ms(h.value_at_quantile(0.50)),
+            p95: ms(h.value_at_quantile(0.95)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+            count: h.len(),
+        }
+    }
+}
+
+/// One row of the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    pub name: String,
+    pub kind: String,
+    pub role: String,
+    pub frames_in: u64,
+    pub frames_out: u64,
+    pub dropped: u64,
+    pub failed: u64,
+    pub decode_errors: u64,
+    /// Frames out per second of wall time.
+    pub fps: f64,
+    /// Share of wall time spent working.
+    pub busy: f64,
+    pub queue_capacity: usize,
+    pub queue_max_depth: usize,
+    /// Time per frame in this node.
+    pub latency_ms: Latency,
+    /// Source to sink (sinks only).
+    pub end_to_end_ms: Option<Latency>,
+}
+
+/// Everything a run reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub pipeline: String,
+    pub wall_seconds: f64,
+    pub nodes: Vec<NodeReport>,
+    pub frames: Counts,
+    pub interrupted_by_signal: Option<i32>,
+    pub fatal: Option<String>,
+    pub source_errors: Vec<String>,
+}
+
+impl RunReport {
+    pub fn new(
+        pipeline: String,
+        stats: &[Arc<NodeStats>],
+        frames: Counts,
+        wall: Duration,
+        signal: Option<i32>,
+        fatal: Option<String>,
+        source_errors: Vec<String>,
+    ) -> Self {
+        let secs = wall.as_secs_f64().max(1e-9);
+        let nodes = stats
+            .iter()
+            .map(|s| {
+                let out = s.frames_out.load(Ordering::Relaxed);
+                let e2e = s
+                    .end_to_end
+                    .lock()
+                    .map(|h| Latency::of(&h))
+                    .unwrap_or_default();
+                NodeReport {
+                    name: s.name.clone(),
+                    kind: s.kind.to_string(),
+                    role: s.role.noun().to_string(),
+                    frames_in: s.frames_in.load(Ordering::Relaxed),
+                    frames_out: out,
+                    dropped: s.dropped.load(Ordering::Relaxed),
+                    failed: s.failed.load(Ordering::Relaxed),
+                    decode_errors: s.decode_errors.load(Ordering::Relaxed),
+                    fps: out as f64 / secs,
+                    busy: (s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9 / secs).min(1.0),
+                    queue_capacity: s.capacity.load(Ordering::Relaxed),
+                    queue_max_depth: s.max_depth.load(Ordering::Relaxed),
+                    latency_ms: s
+                        .service
+                        .lock()
+                        .map(|h| Latency::of(&h))
+                        .unwrap_or_default(),
+                    end_to_end_ms: (e2e.count > 0).then_some(e2e),
+                }
+            })
+            .collect();
+        RunReport {
+            pipeline,
+            wall_seconds: secs,
+            nodes,
+            frames,
+            interrupted_by_signal: signal,
+            fatal,
+            source_errors,
+        }
+    }
+
+    /// Frames per second through the whole pipeline (settled frames / wall time).
+    pub fn fps(&self) -> f64 {
+        self.frames.processed as f64 / self.wall_seconds
+    }
+
+    /// The accounting line: decoded = processed + dropped + failed.
+    pub fn accounting_line(&self) -> String {
+        let c = &self.frames;
+        let mut s = format!(
+            "frames: decoded {} = processed {} + dropped {} + failed {}",
+            c.decoded, c.processed, c.dropped, c.failed
+        );
+        if c.balanced() {
+            s.push_str("  (all accounted for)");
+        } else {
+            let _ = write!(
+                s,
+                "  MISMATCH: {} frame(s) unaccounted for",
+                c.decoded as i64 - (c.processed + c.dropped + c.failed) as i64
+            );
+        }
+        s
+    }
+
+    /// The human summary table.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let w = self
+            .nodes
+            .iter()
+            .map(|n| n.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let _ = writeln!(
+            s,
+            "{:<w$}  {:<14} {:>7} {:>7} {:>7} {:>6} {:>8} {:>5}  {:>8} {:>8} {:>8}",
+            "node",
+            "kind",
+            "in",
+            "out",
+            "dropped",
+            "failed",
+            "fps",
+            "busy",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms"
+        );
+        for n in &self.nodes {
+            let l = n.end_to_end_ms.unwrap_or(n.latency_ms);
+            let _ = writeln!(
+                s,
+                "{:<w$}  {:<14} {:>7} {:>7} {:>7} {:>6} {:>8.1} {:>4.0}%  {:>8.2} {:>8.2} {:>8.2}{}",
+                n.name,
+                n.kind,
+                if n.role == "source" {
+                    "-".to_string()
+                } else {
+                    n.frames_in.to_string()
+                },
+                n.frames_out,
+                n.dropped,
+                n.failed,
+                n.fps,
+                n.busy * 100.0,
+                l.p50,
+                l.p95,
+                l.p99,
+                if n.end_to_end_ms.is_some() {
+                    "  (end to end)"
+                } else {
+                    ""
+                }
+            );
+        }
+        let _ = writeln!(s, "{}", self.accounting_line());
+        let _ = write!(
+            s,
+            "wall {:.2} s, {:.2} frames/s through the pipeline",
+            self.wall_seconds,
+            self.fps()
+        );
+        s
+    }
+}

@@ -1,0 +1,90 @@
+//! Per-node counters and latency histograms, shared by the progress bar,
+//! the end-of-run summary and (later) the metrics endpoint.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::config::Role;
+
+/// Live statistics of one node.
+#[derive(Debug)]
+pub struct NodeStats {
+    pub name: String,
+    pub kind: &'static str,
+    pub role: Role,
+    pub frames_in: AtomicU64,
+    pub frames_out: AtomicU64,
+    /// Frames its input queue dropped (drop_oldest / drop_newest).
+    pub dropped: AtomicU64,
+    pub failed: AtomicU64,
+    pub decode_errors: AtomicU64,
+    pub busy_ns: AtomicU64,
+    pub capacity: AtomicUsize,
+    pub max_depth: AtomicUsize,
+    pub done: AtomicBool,
+    /// Time spent on each frame, µs.
+    pub service: Mutex<Histogram<u64>>,
+    /// Source to this sink, µs (sinks only).
+    pub end_to_end: Mutex<Histogram<u64>>,
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+impl NodeStats {
+    pub fn new(name: &str, kind: &'static str, role: Role) -> Self {
+        NodeStats {
+            name: name.to_string(),
+            kind,
+            role,
+            frames_in: AtomicU64::new(0),
+            frames_out: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            decode_errors: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            capacity: AtomicUsize::new(0),
+            max_depth: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
+            service: Mutex::new(hist()),
+            end_to_end: Mutex::new(hist()),
+        }
+    }
+
+    pub fn set_capacity(&self, cap: usize) {
+        self.capacity.store(cap, Ordering::Relaxed);
+    }
+
+    /// A frame arrived; `depth` frames still wait behind it.
+    pub fn frame_in(&self, depth: usize) {
+        self.frames_in.fetch_add(1, Ordering::Relaxed);
+        self.max_depth.fetch_max(depth + 1, Ordering::Relaxed);
+    }
+
+    pub fn add_busy(&self, d: Duration) {
+        self.busy_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// One frame handled in `service`; sinks also pass the end-to-end latency.
+    pub fn record(&self, service: Duration, e2e: Option<Duration>) {
+        self.add_busy(service);
+        let us = |d: Duration| (d.as_micros() as u64).clamp(1, 3_600_000_000);
+        if let Ok(mut h) = self.service.lock() {
+            let _ = h.record(us(service));
+        }
+        if let Some(d) = e2e {
+            if let Ok(mut h) = self.end_to_end.lock() {
+                let _ = h.record(us(d));
+            }
+        }
+    }
+
+    pub fn finish(&self) {
+        self.done.store(true, Ordering::Release);
+    }
+}

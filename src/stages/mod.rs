@@ -1,0 +1,175 @@
+//! Runtime stages, built from their configs.
+//!
+//! A node is one of three shapes: a [`Source`] that produces frames, a
+//! [`Stage`] that attaches results to each frame (one in, one out), or a
+//! [`Sink`] that consumes frames. The runtime owns threads, queues and
+//! accounting; stages only see frames.
+
+pub mod infer;
+pub mod postprocess;
+pub mod preprocess;
+pub mod sinks;
+pub mod sources;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::backend::ort::{IoInfo, OrtRuntime};
+use crate::config::{Diagnostic, Diagnostics, NodeKind, PipelineConfig};
+use crate::frame::Frame;
+use crate::graph::Graph;
+use crate::runtime::SourceCtx;
+
+/// How a stage failed on one frame.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// This frame failed; the next one may succeed (handled by `on_error`).
+    #[error("{0}")]
+    Frame(String),
+    /// The stage cannot go on (always stops the pipeline).
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Produces frames until its input ends or the pipeline stops.
+pub trait Source: Send {
+    /// Frames expected in total, when known (progress bar, ETA).
+    fn expected_frames(&self) -> Option<u64> {
+        None
+    }
+    /// A live source (camera) defaults its queues to `drop_oldest`.
+    fn is_live(&self) -> bool {
+        false
+    }
+    /// One line for the start-up log.
+    fn describe(&self) -> String;
+    fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String>;
+}
+
+/// One frame in, the same frame out with a result attached.
+pub trait Stage: Send {
+    fn process(&mut self, frame: &mut Frame) -> Result<(), StageError>;
+    fn describe(&self) -> String;
+}
+
+/// Consumes frames; `finish` flushes and closes.
+pub trait Sink: Send {
+    fn write(&mut self, frame: &Frame) -> Result<(), StageError>;
+    fn finish(&mut self) -> Result<(), String>;
+    fn describe(&self) -> String;
+}
+
+/// A built node body.
+pub enum Body {
+    Source(Box<dyn Source>),
+    Stage(Box<dyn Stage>),
+    Sink(Box<dyn Sink>),
+}
+
+/// What building needs beyond the config.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// ONNX Runtime library from the command line (wins over TOML and environment).
+    pub ort_library: Option<PathBuf>,
+    /// Replace every sink with `null` (benchmarks).
+    pub null_sinks: bool,
+    /// Frames each source stops after (benchmarks).
+    pub max_frames: Option<u64>,
+}
+
+/// Load ONNX Runtime as the config and options say.
+pub fn ort_runtime(
+    cfg: &PipelineConfig,
+    opts: &BuildOptions,
+) -> Result<&'static OrtRuntime, Diagnostic> {
+    let toml_lib = match &cfg.settings.ort_library {
+        Some(s) => Some((cfg.resolve_path(s)?, s.span())),
+        None => None,
+    };
+    let explicit = match (&opts.ort_library, &toml_lib) {
+        (Some(p), _) => Some((p.as_path(), "--ort-library")),
+        (None, Some((p, _))) => Some((p.as_path(), "[pipeline] ort_library")),
+        _ => None,
+    };
+    crate::backend::ort::runtime(explicit).map_err(|e| {
+        let d = match &toml_lib {
+            Some((_, span)) if opts.ort_library.is_none() => cfg.diag(span.clone(), e.to_string()),
+            _ => Diagnostic::whole_file(&cfg.file, e.to_string()),
+        };
+        d.with_help("run scripts/fetch-models.sh, or point ORT_DYLIB_PATH, --ort-library or [pipeline] ort_library at libonnxruntime.so")
+    })
+}
+
+/// Models' declared inputs and outputs, per infer node.
+pub type ModelIo = HashMap<String, (Vec<IoInfo>, Vec<IoInfo>)>;
+
+/// Build every node. All errors are collected.
+pub fn build(
+    cfg: &PipelineConfig,
+    graph: &Graph,
+    opts: &BuildOptions,
+) -> Result<(Vec<Body>, ModelIo), Diagnostics> {
+    let mut diags = Diagnostics::default();
+    let mut bodies = Vec::new();
+    let mut models = ModelIo::new();
+    let pool_size = graph.buffers_in_flight();
+    let needs_ort = cfg
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, NodeKind::Infer(_)));
+    let rt = if needs_ort {
+        match ort_runtime(cfg, opts) {
+            Ok(rt) => Some(rt),
+            Err(d) => {
+                diags.push(d);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        let name: Arc<str> = Arc::from(node.name.as_str());
+        let body = match &node.kind {
+            NodeKind::File(c) => {
+                sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames)
+                    .map(|s| Body::Source(Box::new(s)))
+            }
+            NodeKind::Preprocess(c) => Ok(Body::Stage(Box::new(preprocess::Preprocess::new(
+                name, c, pool_size,
+            )))),
+            NodeKind::Infer(c) => match rt {
+                Some(rt) => {
+                    let warm = graph.preprocess_shape(cfg, i);
+                    infer::Infer::build(cfg, name, c, rt, warm, pool_size).map(|s| {
+                        models.insert(
+                            node.name.clone(),
+                            (s.inputs().to_vec(), s.outputs().to_vec()),
+                        );
+                        Body::Stage(Box::new(s))
+                    })
+                }
+                None => continue,
+            },
+            NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(
+                postprocess::db::TextDetection::new(name, c.clone()),
+            ))),
+            _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
+            NodeKind::Ndjson(c) => {
+                sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s)))
+            }
+            NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
+        };
+        match body {
+            Ok(b) => bodies.push(b),
+            Err(d) => diags.push(d),
+        }
+    }
+    if diags.is_empty() {
+        Ok((bodies, models))
+    } else {
+        diags.sort();
+        Err(diags)
+    }
+}

@@ -1,0 +1,4 @@
+//! Postprocessors: model outputs → results in source coordinates.
+
+pub mod db;
+pub mod geometry;

@@ -1,0 +1,295 @@
+//! `kind = "preprocess"`: decoded image → normalised f32 tensor.
+//!
+//! Two passes over the pixels, both cheap: swscale scales and converts to
+//! packed RGB/BGR at the letterboxed size in one go, then a table lookup
+//! normalises into the pooled tensor and fills the padding.
+
+use std::sync::Arc;
+
+use ffmpeg_next::format::Pixel;
+
+use crate::backend::ffmpeg::{Scaler, sws_flags};
+use crate::config::{ChannelOrder, Layout, PreprocessConfig, ResizeMode};
+use crate::frame::{Frame, Letterbox, ModelInput, Payload, Pool, Tensor};
+use crate::stages::{Stage, StageError};
+
+/// Per-channel lookup: byte value → normalised float.
+#[derive(Clone)]
+pub struct NormTable {
+    lut: [[f32; 256]; 3],
+    pad: [f32; 3],
+}
+
+impl NormTable {
+    pub fn new(scale: f32, mean: [f32; 3], std: [f32; 3], pad_value: u8) -> Self {
+        let mut lut = [[0f32; 256]; 3];
+        for c in 0..3 {
+            for v in 0..256 {
+                lut[c][v] = (v as f32 * scale - mean[c]) / std[c];
+            }
+        }
+        let pad = [
+            lut[0][pad_value as usize],
+            lut[1][pad_value as usize],
+            lut[2][pad_value as usize],
+        ];
+        NormTable { lut, pad }
+    }
+}
+
+/// Write packed 3-channel `src` (`lb.new_w` × `lb.new_h`) into `out` (the
+/// whole `lb.dst_w` × `lb.dst_h` tensor), normalised, with padding filled.
+pub fn normalize_into(src: &[u8], lb: &Letterbox, t: &NormTable, layout: Layout, out: &mut [f32]) {
+    let (dw, dh) = (lb.dst_w as usize, lb.dst_h as usize);
+    let (nw, nh) = (lb.new_w as usize, lb.new_h as usize);
+    let (px, py) = (lb.pad_x as usize, lb.pad_y as usize);
+    assert_eq!(out.len(), 3 * dw * dh);
+    assert!(src.len() >= 3 * nw * nh);
+    let [l0, l1, l2] = &t.lut;
+    match layout {
+        Layout::Nchw => {
+            let plane = dw * dh;
+            let (p0, rest) = out.split_at_mut(plane);
+            let (p1, p2) = rest.split_at_mut(plane);
+            for (p, pad) in [
+                (&mut *p0, t.pad[0]),
+                (&mut *p1, t.pad[1]),
+                (&mut *p2, t.pad[2]),
+            ] {
+                fill_padding(p, dw, dh, px, py, nw, nh, 1, &[pad]);
+            }
+            for y in 0..nh {
+                let row = &src[y * nw * 3..(y + 1) * nw * 3];
+                let o = (y + py) * dw + px;
+                let (r0, r1, r2) = (&mut p0[o..o + nw], &mut p1[o..o + nw], &mut p2[o..o + nw]);
+                for (x, px3) in row.chunks_exact(3).enumerate() {
+                    r0[x] = l0[px3[0] as usize];
+                    r1[x] = l1[px3[1] as usize];
+                    r2[x] = l2[px3[2] as usize];
+                }
+            }
+        }
+        Layout::Nhwc => {
+            fill_padding(out, dw, dh, px, py, nw, nh, 3, &t.pad);
+            for y in 0..nh {
+                let row = &src[y * nw * 3..(y + 1) * nw * 3];
+                let o = ((y + py) * dw + px) * 3;
+                let dst = &mut out[o..o + nw * 3];
+                for (d, s) in dst.chunks_exact_mut(3).zip(row.chunks_exact(3)) {
+                    d[0] = l0[s[0] as usize];
+                    d[1] = l1[s[1] as usize];
+                    d[2] = l2[s[2] as usize];
+                }
+            }
+        }
+    }
+}
+
+/// Fill everything outside the `nw` × `nh` image at (`px`, `py`) with `pad` (`ch` values per pixel).
+#[allow(clippy::too_many_arguments)]
+fn fill_padding(
+    out: &mut [f32],
+    dw: usize,
+    dh: usize,
+    px: usize,
+    py: usize,
+    nw: usize,
+    nh: usize,
+    ch: usize,
+    pad: &[f32],
+) {
+    let fill = |s: &mut [f32]| {
+        for p in s.chunks_exact_mut(ch) {
+            p.copy_from_slice(pad);
+        }
+    };
+    fill(&mut out[..py * dw * ch]);
+    fill(&mut out[(py + nh) * dw * ch..dh * dw * ch]);
+    if nw < dw {
+        for y in py..py + nh {
+            let row = &mut out[y * dw * ch..(y + 1) * dw * ch];
+            fill(&mut row[..px * ch]);
+            fill(&mut row[(px + nw) * ch..]);
+        }
+    }
+}
+
+pub struct Preprocess {
+    name: Arc<str>,
+    cfg: PreprocessConfig,
+    table: NormTable,
+    flags: i32,
+    scaler: Option<Scaler>,
+    rgb: Vec<u8>,
+    pool: Pool<f32>,
+}
+
+impl Preprocess {
+    pub fn new(name: Arc<str>, cfg: &PreprocessConfig, pool_size: usize) -> Self {
+        Preprocess {
+            name,
+            table: NormTable::new(cfg.scale, cfg.mean, cfg.std, cfg.pad_value),
+            flags: sws_flags(cfg.interpolation),
+            cfg: cfg.clone(),
+            scaler: None,
+            rgb: Vec::new(),
+            pool: Pool::new(pool_size),
+        }
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        let (w, h) = (
+            *self.cfg.width.get_ref() as usize,
+            *self.cfg.height.get_ref() as usize,
+        );
+        match self.cfg.layout {
+            Layout::Nchw => vec![1, 3, h, w],
+            Layout::Nhwc => vec![1, h, w, 3],
+        }
+    }
+
+    /// Buffers this stage's pool has allocated (steady state: stays flat).
+    pub fn allocations(&self) -> u64 {
+        self.pool.allocations()
+    }
+}
+
+impl Stage for Preprocess {
+    fn describe(&self) -> String {
+        let c = &self.cfg;
+        format!(
+            "{:?} {}x{} {:?} {:?} f32 (CPU: swscale {:?} + table normalise)",
+            c.resize,
+            c.width.get_ref(),
+            c.height.get_ref(),
+            c.color,
+            c.layout,
+            c.interpolation
+        )
+        .to_lowercase()
+    }
+
+    fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        let img = frame
+            .image
+            .clone()
+            .ok_or_else(|| StageError::Frame("frame has no image".into()))?;
+        let (w, h) = (*self.cfg.width.get_ref(), *self.cfg.height.get_ref());
+        let lb = match self.cfg.resize {
+            ResizeMode::Letterbox => Letterbox::fit(img.width, img.height, w, h),
+            ResizeMode::Stretch => Letterbox::stretch(img.width, img.height, w, h),
+        };
+        let fmt = match self.cfg.color {
+            ChannelOrder::Rgb => Pixel::RGB24,
+            ChannelOrder::Bgr => Pixel::BGR24,
+        };
+        if !self
+            .scaler
+            .as_ref()
+            .is_some_and(|s| s.fits(&img, lb.new_w, lb.new_h, fmt))
+        {
+            if self.scaler.is_some() {
+                tracing::info!(
+                    "{}: input changed to {}x{} {:?}; rebuilding the scaler",
+                    self.name,
+                    img.width,
+                    img.height,
+                    img.format
+                );
+            }
+            self.scaler = Some(
+                Scaler::new(&img, lb.new_w, lb.new_h, fmt, self.flags)
+                    .map_err(|e| StageError::Frame(e.to_string()))?,
+            );
+        }
+        self.rgb
+            .resize(lb.new_w as usize * lb.new_h as usize * 3, 0);
+        self.scaler
+            .as_mut()
+            .expect("set above")
+            .run(&img, &mut self.rgb)
+            .map_err(StageError::Frame)?;
+        let mut data = self.pool.get(3 * w as usize * h as usize);
+        normalize_into(&self.rgb, &lb, &self.table, self.cfg.layout, &mut data);
+        frame.attach(
+            &self.name,
+            Payload::Input(ModelInput {
+                tensor: Tensor {
+                    shape: self.shape(),
+                    data,
+                },
+                letterbox: lb,
+            }),
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> NormTable {
+        NormTable::new(1.0 / 255.0, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], 0)
+    }
+
+    #[test]
+    fn nchw_letterbox_places_pixels_and_padding() {
+        // 2x1 image into a 2x4 tensor: 2x1 scaled image centred vertically (pad_y = 1).
+        let lb = Letterbox {
+            src_w: 2,
+            src_h: 1,
+            dst_w: 2,
+            dst_h: 4,
+            new_w: 2,
+            new_h: 1,
+            pad_x: 0,
+            pad_y: 1,
+            inv_scale_x: 1.0,
+            inv_scale_y: 1.0,
+        };
+        let src = [255, 0, 0, 0, 255, 0];
+        let mut out = vec![9.0; 3 * 8];
+        normalize_into(&src, &lb, &table(), Layout::Nchw, &mut out);
+        // R plane: row 0 pad (-1), row 1 = [1, -1], rows 2-3 pad.
+        assert_eq!(&out[0..8], &[-1.0, -1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0]);
+        // G plane row 1 = [-1, 1].
+        assert_eq!(&out[8 + 2..8 + 4], &[-1.0, 1.0]);
+        assert!(out.iter().all(|v| *v != 9.0), "every element written");
+    }
+
+    #[test]
+    fn nhwc_with_side_padding() {
+        let lb = Letterbox {
+            src_w: 1,
+            src_h: 1,
+            dst_w: 3,
+            dst_h: 1,
+            new_w: 1,
+            new_h: 1,
+            pad_x: 1,
+            pad_y: 0,
+            inv_scale_x: 1.0,
+            inv_scale_y: 1.0,
+        };
+        let t = NormTable::new(1.0, [0.0; 3], [1.0; 3], 7);
+        let mut out = vec![0.0; 9];
+        normalize_into(&[10, 20, 30], &lb, &t, Layout::Nhwc, &mut out);
+        assert_eq!(out, vec![7.0, 7.0, 7.0, 10.0, 20.0, 30.0, 7.0, 7.0, 7.0]);
+    }
+
+    #[test]
+    fn table_matches_formula() {
+        let t = NormTable::new(
+            1.0 / 255.0,
+            [0.485, 0.456, 0.406],
+            [0.229, 0.224, 0.225],
+            114,
+        );
+        for v in [0usize, 1, 128, 255] {
+            let want = (v as f32 / 255.0 - 0.456) / 0.224;
+            assert!((t.lut[1][v] - want).abs() < 1e-6);
+        }
+        assert!((t.pad[0] - (114.0 / 255.0 - 0.485) / 0.229).abs() < 1e-6);
+    }
+}

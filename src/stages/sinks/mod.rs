@@ -1,0 +1,21 @@
+//! Sinks: where results go.
+
+pub mod ndjson;
+
+use super::{Sink, StageError};
+use crate::frame::Frame;
+
+/// Discards every frame (benchmarks measure the pipeline without output cost).
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn write(&mut self, _frame: &Frame) -> Result<(), StageError> {
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "null".into()
+    }
+}

@@ -1,0 +1,3 @@
+//! Sources: where frames come from.
+
+pub mod file;
