@@ -26,18 +26,8 @@ pub fn probe() -> CudaProbe {
     let driver = unsafe { cudarc::driver::sys::is_culib_present() };
     // SAFETY: as above, for libnvrtc.
     let nvrtc = unsafe { cudarc::nvrtc::sys::is_culib_present() };
-    let devices = if driver {
-        cudarc::driver::CudaContext::device_count()
-            .unwrap_or(0)
-            .max(0) as usize
-    } else {
-        0
-    };
-    CudaProbe {
-        driver,
-        nvrtc,
-        devices,
-    }
+    let devices = if driver { cudarc::driver::CudaContext::device_count().unwrap_or(0).max(0) as usize } else { 0 };
+    CudaProbe { driver, nvrtc, devices }
 }
 
 #[cfg(test)]

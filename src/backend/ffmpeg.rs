@@ -17,26 +17,11 @@ pub enum FfmpegError {
     #[error("{path}: no video stream")]
     NoVideo { path: String },
     #[error("{path}: cannot create a decoder for codec `{codec}`: {source}")]
-    Decoder {
-        path: String,
-        codec: String,
-        source: ff::Error,
-    },
+    Decoder { path: String, codec: String, source: ff::Error },
     #[error("{path}: frame {frame}: {what}")]
-    Frame {
-        path: String,
-        frame: u64,
-        what: String,
-    },
+    Frame { path: String, frame: u64, what: String },
     #[error("swscale: cannot convert {from:?} {src_w}x{src_h} to {to:?} {dst_w}x{dst_h}")]
-    Scaler {
-        from: Pixel,
-        to: Pixel,
-        src_w: u32,
-        src_h: u32,
-        dst_w: u32,
-        dst_h: u32,
-    },
+    Scaler { from: Pixel, to: Pixel, src_w: u32, src_h: u32, dst_w: u32, dst_h: u32 },
 }
 
 /// Initialise FFmpeg once and keep its own logging quiet (we report errors ourselves).
@@ -51,12 +36,7 @@ pub fn init() {
 /// `major.minor.micro` of libavcodec, libavformat, libavutil.
 pub fn versions() -> String {
     let v = |n: u32| format!("{}.{}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff);
-    format!(
-        "libavcodec {}, libavformat {}, libavutil {}",
-        v(ff::codec::version()),
-        v(ff::format::version()),
-        v(ff::util::version())
-    )
+    format!("libavcodec {}, libavformat {}, libavutil {}", v(ff::codec::version()), v(ff::format::version()), v(ff::util::version()))
 }
 
 /// What the decoder knows about the stream before the first frame.
@@ -90,36 +70,18 @@ impl VideoDecoder {
     pub fn open(path: &Path, threads: usize) -> Result<Self, FfmpegError> {
         init();
         let p = path.to_string_lossy().into_owned();
-        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open {
-            path: p.clone(),
-            source,
-        })?;
-        let stream = input
-            .streams()
-            .best(ff::media::Type::Video)
-            .ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
+        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
+        let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
         let codec_id = stream.parameters().id();
-        let mut ctx = ff::codec::context::Context::from_parameters(stream.parameters()).map_err(
-            |source| FfmpegError::Decoder {
-                path: p.clone(),
-                codec: format!("{codec_id:?}"),
-                source,
-            },
-        )?;
-        ctx.set_threading(ff::codec::threading::Config {
-            kind: ff::codec::threading::Type::Frame,
-            count: threads,
-            ..Default::default()
-        });
-        let decoder = ctx
-            .decoder()
-            .video()
-            .map_err(|source| FfmpegError::Decoder {
-                path: p.clone(),
-                codec: format!("{codec_id:?}"),
-                source,
-            })?;
+        let mut ctx = ff::codec::context::Context::from_parameters(stream.parameters()).map_err(|source| FfmpegError::Decoder {
+            path: p.clone(),
+            codec: format!("{codec_id:?}"),
+            source,
+        })?;
+        ctx.set_threading(ff::codec::threading::Config { kind: ff::codec::threading::Type::Frame, count: threads, ..Default::default() });
+        let decoder =
+            ctx.decoder().video().map_err(|source| FfmpegError::Decoder { path: p.clone(), codec: format!("{codec_id:?}"), source })?;
         let tb = stream.time_base();
         let rate = stream.avg_frame_rate();
         let fps = (rate.denominator() != 0 && rate.numerator() > 0).then(|| f64::from(rate));
@@ -135,9 +97,7 @@ impl VideoDecoder {
             }
         };
         let info = StreamInfo {
-            codec: ff::codec::decoder::find(codec_id)
-                .map(|c| c.name().to_string())
-                .unwrap_or_else(|| format!("{codec_id:?}")),
+            codec: ff::codec::decoder::find(codec_id).map(|c| c.name().to_string()).unwrap_or_else(|| format!("{codec_id:?}")),
             width: decoder.width(),
             height: decoder.height(),
             time_base: (tb.numerator(), tb.denominator()),
@@ -213,14 +173,7 @@ fn color_of(frame: &ff::frame::Video) -> ColorInfo {
     let full_range = frame.color_range() == Range::JPEG
         || matches!(
             frame.format(),
-            Pixel::YUVJ420P
-                | Pixel::YUVJ422P
-                | Pixel::YUVJ444P
-                | Pixel::RGB24
-                | Pixel::BGR24
-                | Pixel::RGBA
-                | Pixel::BGRA
-                | Pixel::GRAY8
+            Pixel::YUVJ420P | Pixel::YUVJ422P | Pixel::YUVJ444P | Pixel::RGB24 | Pixel::BGR24 | Pixel::RGBA | Pixel::BGRA | Pixel::GRAY8
         );
     ColorInfo { matrix, full_range }
 }
@@ -257,31 +210,13 @@ pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image,
     let mut ptrs = [std::ptr::null_mut::<u8>(); 4];
     let mut strides = [0i32; 4];
     // SAFETY: computes plane pointers into `buf` for the packed layout just written.
-    let filled = unsafe {
-        ffi::av_image_fill_arrays(
-            ptrs.as_mut_ptr(),
-            strides.as_mut_ptr(),
-            buf.as_ptr(),
-            fmt,
-            w as i32,
-            h as i32,
-            1,
-        )
-    };
+    let filled = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), fmt, w as i32, h as i32, 1) };
     if filled < 0 {
         return Err(format!("cannot lay out frame ({filled})"));
     }
     let base = buf.as_ptr() as usize;
     let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
-    Ok(Image {
-        width: w,
-        height: h,
-        format: frame.format(),
-        color: color_of(frame),
-        offsets,
-        strides,
-        storage: Storage::Host(buf),
-    })
+    Ok(Image { width: w, height: h, format: frame.format(), color: color_of(frame), offsets, strides, storage: Storage::Host(buf) })
 }
 
 /// A swscale context from one image geometry to a packed RGB24/BGR24 output,
@@ -309,21 +244,8 @@ pub fn sws_flags(interp: crate::config::Interpolation) -> i32 {
 }
 
 impl Scaler {
-    pub fn new(
-        src: &Image,
-        dst_w: u32,
-        dst_h: u32,
-        dst_fmt: Pixel,
-        flags: i32,
-    ) -> Result<Self, FfmpegError> {
-        let err = || FfmpegError::Scaler {
-            from: src.format,
-            to: dst_fmt,
-            src_w: src.width,
-            src_h: src.height,
-            dst_w,
-            dst_h,
-        };
+    pub fn new(src: &Image, dst_w: u32, dst_h: u32, dst_fmt: Pixel, flags: i32) -> Result<Self, FfmpegError> {
+        let err = || FfmpegError::Scaler { from: src.format, to: dst_fmt, src_w: src.width, src_h: src.height, dst_w, dst_h };
         // SAFETY: sizes are non-zero and formats valid; a null return is handled.
         let ctx = unsafe {
             ffi::sws_getContext(
@@ -351,28 +273,14 @@ impl Scaler {
         unsafe {
             let src_table = ffi::sws_getCoefficients(cs as i32);
             let dst_table = ffi::sws_getCoefficients(ffi::SWS_CS_DEFAULT as i32);
-            ffi::sws_setColorspaceDetails(
-                ctx,
-                src_table,
-                src.color.full_range as i32,
-                dst_table,
-                1,
-                0,
-                1 << 16,
-                1 << 16,
-            );
+            ffi::sws_setColorspaceDetails(ctx, src_table, src.color.full_range as i32, dst_table, 1, 0, 1 << 16, 1 << 16);
         }
-        Ok(Scaler {
-            ctx,
-            key: (src.width, src.height, src.format, src.color),
-            dst: (dst_w, dst_h, dst_fmt),
-        })
+        Ok(Scaler { ctx, key: (src.width, src.height, src.format, src.color), dst: (dst_w, dst_h, dst_fmt) })
     }
 
     /// Whether this scaler fits `src` (else build a new one: mid-stream size change).
     pub fn fits(&self, src: &Image, dst_w: u32, dst_h: u32, dst_fmt: Pixel) -> bool {
-        self.key == (src.width, src.height, src.format, src.color)
-            && self.dst == (dst_w, dst_h, dst_fmt)
+        self.key == (src.width, src.height, src.format, src.color) && self.dst == (dst_w, dst_h, dst_fmt)
     }
 
     /// Convert `src` into `dst`, a packed 3-byte-per-pixel buffer of `dst_w * 3` bytes per row.
@@ -388,26 +296,13 @@ impl Scaler {
                 planes[i] = host[src.offsets[i]..].as_ptr();
             }
         }
-        let dst_planes = [
-            dst.as_mut_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        ];
+        let dst_planes = [dst.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()];
         let dst_strides = [dw as i32 * 3, 0, 0, 0];
         // SAFETY: source planes point into `host` with the strides `copy_to_image`
         // computed for this format and size (checked by `fits` when the scaler
         // was chosen); the destination holds dh rows of dw*3 bytes (checked above).
         let rows = unsafe {
-            ffi::sws_scale(
-                self.ctx,
-                planes.as_ptr(),
-                src.strides.as_ptr(),
-                0,
-                src.height as i32,
-                dst_planes.as_ptr(),
-                dst_strides.as_ptr(),
-            )
+            ffi::sws_scale(self.ctx, planes.as_ptr(), src.strides.as_ptr(), 0, src.height as i32, dst_planes.as_ptr(), dst_strides.as_ptr())
         };
         if rows != dh as i32 {
             return Err(format!("swscale wrote {rows} rows, expected {dh}"));

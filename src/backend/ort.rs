@@ -14,23 +14,13 @@ use crate::config::{ProviderName, ProviderSpec};
 #[derive(Debug, thiserror::Error)]
 pub enum OrtError {
     #[error("cannot load ONNX Runtime from {path} ({origin}): {reason}")]
-    Library {
-        path: PathBuf,
-        origin: &'static str,
-        reason: String,
-    },
-    #[error(
-        "ONNX Runtime was already loaded from {loaded}; cannot switch to {wanted} in one process"
-    )]
+    Library { path: PathBuf, origin: &'static str, reason: String },
+    #[error("ONNX Runtime was already loaded from {loaded}; cannot switch to {wanted} in one process")]
     AlreadyLoaded { loaded: PathBuf, wanted: PathBuf },
     #[error("{model}: {reason}")]
     Model { model: PathBuf, reason: String },
     #[error("{model}: required execution provider `{provider}` is not available: {reason}")]
-    Required {
-        model: PathBuf,
-        provider: ProviderName,
-        reason: String,
-    },
+    Required { model: PathBuf, provider: ProviderName, reason: String },
     #[error("{model}: no execution provider could be used ({tried})")]
     NoProvider { model: PathBuf, tried: String },
 }
@@ -49,19 +39,13 @@ static INIT: Mutex<()> = Mutex::new(());
 
 /// Where to look for the library when nothing names one.
 pub fn default_library() -> PathBuf {
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
         let beside = dir.join("libonnxruntime.so");
         if beside.exists() {
             return beside;
         }
     }
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/.deps/onnxruntime/libonnxruntime.so"
-    ))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.deps/onnxruntime/libonnxruntime.so"))
 }
 
 /// Choose the library: explicit (CLI flag or TOML) > `ORT_DYLIB_PATH` > default.
@@ -81,10 +65,7 @@ pub fn runtime(explicit: Option<(&Path, &'static str)>) -> Result<&'static OrtRu
     let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(rt) = RUNTIME.get() {
         if explicit.is_some() && rt.library != path {
-            return Err(OrtError::AlreadyLoaded {
-                loaded: rt.library.clone(),
-                wanted: path,
-            });
+            return Err(OrtError::AlreadyLoaded { loaded: rt.library.clone(), wanted: path });
         }
         return Ok(rt);
     }
@@ -95,11 +76,7 @@ pub fn runtime(explicit: Option<(&Path, &'static str)>) -> Result<&'static OrtRu
             reason: "file not found; run scripts/fetch-models.sh, or set ORT_DYLIB_PATH / --ort-library / [pipeline] ort_library".into(),
         });
     }
-    let lib_err = |reason: String| OrtError::Library {
-        path: path.clone(),
-        origin,
-        reason,
-    };
+    let lib_err = |reason: String| OrtError::Library { path: path.clone(), origin, reason };
     let env = ort::init_from(&path)
         .map_err(|e| lib_err(e.to_string()))?
         .with_name("infer-stream")
@@ -107,12 +84,7 @@ pub fn runtime(explicit: Option<(&Path, &'static str)>) -> Result<&'static OrtRu
         .build()
         .map_err(|e| lib_err(e.to_string()))?;
     let build_info = ort::info().to_string();
-    let _ = RUNTIME.set(OrtRuntime {
-        env,
-        library: path,
-        origin,
-        build_info,
-    });
+    let _ = RUNTIME.set(OrtRuntime { env, library: path, origin, build_info });
     Ok(RUNTIME.get().expect("just set"))
 }
 
@@ -151,24 +123,14 @@ pub struct IoInfo {
 impl IoInfo {
     fn from_outlet(o: &ort::value::Outlet) -> Self {
         let (dims, dtype) = match o.dtype() {
-            ValueType::Tensor { ty, shape, .. } => {
-                (shape.to_vec(), format!("{ty:?}").to_lowercase())
-            }
+            ValueType::Tensor { ty, shape, .. } => (shape.to_vec(), format!("{ty:?}").to_lowercase()),
             other => (Vec::new(), format!("{other:?}")),
         };
-        IoInfo {
-            name: o.name().to_string(),
-            dims,
-            dtype,
-        }
+        IoInfo { name: o.name().to_string(), dims, dtype }
     }
 
     pub fn shape_string(&self) -> String {
-        let d: Vec<String> = self
-            .dims
-            .iter()
-            .map(|&d| if d < 0 { "?".into() } else { d.to_string() })
-            .collect();
+        let d: Vec<String> = self.dims.iter().map(|&d| if d < 0 { "?".into() } else { d.to_string() }).collect();
         format!("[{}]", d.join(", "))
     }
 }
@@ -192,10 +154,7 @@ pub struct ModelSession {
     pub outputs: Vec<IoInfo>,
 }
 
-fn builder(
-    rt: &OrtRuntime,
-    opts: &SessionOptions,
-) -> Result<ort::session::builder::SessionBuilder, String> {
+fn builder(rt: &OrtRuntime, opts: &SessionOptions) -> Result<ort::session::builder::SessionBuilder, String> {
     let e = |e: ort::Error<ort::session::builder::SessionBuilder>| e.to_string();
     Session::builder(&rt.env)
         .map_err(|e| e.to_string())?
@@ -213,42 +172,24 @@ fn builder(
 
 /// Open `model`, trying the providers in order. A provider that fails is
 /// reported with a warning (or is an error when marked required).
-pub fn open_session(
-    rt: &OrtRuntime,
-    model: &Path,
-    opts: &SessionOptions,
-) -> Result<ModelSession, OrtError> {
+pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Result<ModelSession, OrtError> {
     let mut fallbacks = Vec::new();
     for spec in &opts.providers {
         let attempt = (|| -> Result<Session, String> {
             let b = builder(rt, opts)?;
             let dispatch = match spec.name {
-                ProviderName::Tensorrt => ep::TensorRT::default()
-                    .with_device_id(spec.device_id)
-                    .build()
-                    .error_on_failure(),
-                ProviderName::Cuda => ep::CUDA::default()
-                    .with_device_id(spec.device_id)
-                    .build()
-                    .error_on_failure(),
+                ProviderName::Tensorrt => ep::TensorRT::default().with_device_id(spec.device_id).build().error_on_failure(),
+                ProviderName::Cuda => ep::CUDA::default().with_device_id(spec.device_id).build().error_on_failure(),
                 ProviderName::Cpu => ep::CPU::default().build().error_on_failure(),
             };
-            let mut b = b
-                .with_execution_providers([dispatch])
-                .map_err(|e| e.to_string())?;
+            let mut b = b.with_execution_providers([dispatch]).map_err(|e| e.to_string())?;
             b.commit_from_file(model).map_err(|e| e.to_string())
         })();
         match attempt {
             Ok(session) => {
                 let inputs = session.inputs().iter().map(IoInfo::from_outlet).collect();
                 let outputs = session.outputs().iter().map(IoInfo::from_outlet).collect();
-                return Ok(ModelSession {
-                    session,
-                    provider: spec.name,
-                    fallbacks,
-                    inputs,
-                    outputs,
-                });
+                return Ok(ModelSession { session, provider: spec.name, fallbacks, inputs, outputs });
             }
             Err(reason)
                 if !model.exists()
@@ -256,47 +197,25 @@ pub fn open_session(
                     || reason.contains("INVALID_PROTOBUF")
                     || reason.contains("NO_SUCHFILE") =>
             {
-                return Err(OrtError::Model {
-                    model: model.to_path_buf(),
-                    reason,
-                });
+                return Err(OrtError::Model { model: model.to_path_buf(), reason });
             }
             Err(reason) if spec.required => {
-                return Err(OrtError::Required {
-                    model: model.to_path_buf(),
-                    provider: spec.name,
-                    reason,
-                });
+                return Err(OrtError::Required { model: model.to_path_buf(), provider: spec.name, reason });
             }
             Err(reason) => {
-                tracing::warn!(
-                    "{}: execution provider `{}` is not available, falling back: {reason}",
-                    model.display(),
-                    spec.name
-                );
+                tracing::warn!("{}: execution provider `{}` is not available, falling back: {reason}", model.display(), spec.name);
                 fallbacks.push((spec.name, reason));
             }
         }
     }
-    let tried = fallbacks
-        .iter()
-        .map(|(p, r)| format!("{p}: {r}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    Err(OrtError::NoProvider {
-        model: model.to_path_buf(),
-        tried,
-    })
+    let tried = fallbacks.iter().map(|(p, r)| format!("{p}: {r}")).collect::<Vec<_>>().join("; ");
+    Err(OrtError::NoProvider { model: model.to_path_buf(), tried })
 }
 
 /// Read a model's inputs, outputs and metadata without running it.
 pub fn inspect(rt: &OrtRuntime, model: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>), OrtError> {
     let opts = SessionOptions {
-        providers: vec![ProviderSpec {
-            name: ProviderName::Cpu,
-            required: true,
-            device_id: 0,
-        }],
+        providers: vec![ProviderSpec { name: ProviderName::Cpu, required: true, device_id: 0 }],
         intra_threads: 1,
         inter_threads: 1,
         spinning: false,

@@ -119,18 +119,9 @@ fn init_logging(verbose: u8, quiet: bool) {
         (_, 1) => "debug",
         _ => "trace",
     };
-    let default = format!(
-        "{level},ort={}",
-        if verbose >= 2 { "debug" } else { "warn" }
-    );
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .with_target(false)
-        .without_time()
-        .init();
+    let default = format!("{level},ort={}", if verbose >= 2 { "debug" } else { "warn" });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).without_time().init();
 }
 
 pub fn main() -> ExitCode {
@@ -138,35 +129,16 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::CONFIG
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(if e.use_stderr() { exit::CONFIG } else { exit::OK });
         }
     };
     init_logging(cli.verbose, cli.quiet);
     let quiet = cli.quiet;
     let r = match cli.cmd {
-        Cmd::Run {
-            pipeline,
-            ort_library,
-            progress,
-            report,
-        } => run(&pipeline, ort_library, progress, report.as_deref(), quiet),
-        Cmd::Validate {
-            pipelines,
-            no_models,
-            ort_library,
-        } => validate(&pipelines, no_models, ort_library),
+        Cmd::Run { pipeline, ort_library, progress, report } => run(&pipeline, ort_library, progress, report.as_deref(), quiet),
+        Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
-        Cmd::Bench {
-            pipeline,
-            isolate,
-            frames,
-            json,
-            ort_library,
-        } => bench(&pipeline, isolate, frames, json, ort_library),
+        Cmd::Bench { pipeline, isolate, frames, json, ort_library } => bench(&pipeline, isolate, frames, json, ort_library),
     };
     match r {
         Ok(code) => ExitCode::from(code),
@@ -179,9 +151,17 @@ pub fn main() -> ExitCode {
 
 /// Load and check a file; diagnostics are printed and mapped to exit code 2.
 fn load_checked(path: &Path) -> Result<(PipelineConfig, Graph), Diagnostics> {
-    let cfg = config::load(path)?;
-    let graph = graph::check(&cfg)?;
-    Ok((cfg, graph))
+    let (cfg, mut diags) = config::load_lenient(path);
+    let Some(cfg) = cfg else { return Err(diags) };
+    match graph::check(&cfg) {
+        Ok(g) if diags.is_empty() => Ok((cfg, g)),
+        Ok(_) => Err(diags),
+        Err(mut g) => {
+            diags.0.append(&mut g.0);
+            diags.sort();
+            Err(diags)
+        }
+    }
 }
 
 fn print_diags(d: &Diagnostics) -> u8 {
@@ -200,10 +180,7 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
             }
         };
         if !no_models {
-            let opts = BuildOptions {
-                ort_library: ort_library.clone(),
-                ..Default::default()
-            };
+            let opts = BuildOptions { ort_library: ort_library.clone(), ..Default::default() };
             let mut models = stages::ModelIo::new();
             for node in cfg.nodes.iter() {
                 let config::NodeKind::Infer(c) = &node.kind else {
@@ -221,23 +198,16 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
                     Ok(io) => {
                         models.insert(node.name.clone(), io);
                     }
-                    Err(e) => {
-                        all.push(cfg.diag(c.model.span(), format!("stage `{}`: {e}", node.name)))
-                    }
+                    Err(e) => all.push(cfg.diag(c.model.span(), format!("stage `{}`: {e}", node.name))),
                 }
             }
-            all.0
-                .append(&mut graph::check_models(&cfg, &graph, &models).0);
+            all.0.append(&mut graph::check_models(&cfg, &graph, &models).0);
         }
         if all.0.iter().all(|d| d.file != *path) {
             eprintln!("{}: ok ({} nodes)", path.display(), cfg.nodes.len());
         }
     }
-    if all.is_empty() {
-        Ok(exit::OK)
-    } else {
-        Ok(print_diags(&all))
-    }
+    if all.is_empty() { Ok(exit::OK) } else { Ok(print_diags(&all)) }
 }
 
 fn graph_cmd(path: &Path, format: GraphFormat) -> Result<u8> {
@@ -256,10 +226,7 @@ fn graph_cmd(path: &Path, format: GraphFormat) -> Result<u8> {
 }
 
 /// Load, check, build and model-check: everything that can fail before the run.
-fn prepare(
-    path: &Path,
-    opts: &BuildOptions,
-) -> Result<(PipelineConfig, Graph, Vec<stages::Body>), Diagnostics> {
+fn prepare(path: &Path, opts: &BuildOptions) -> Result<(PipelineConfig, Graph, Vec<stages::Body>), Diagnostics> {
     let (cfg, graph) = load_checked(path)?;
     let (bodies, models) = stages::build(&cfg, &graph, opts)?;
     let d = graph::check_models(&cfg, &graph, &models);
@@ -272,8 +239,7 @@ fn prepare(
 /// First signal: stop sources and drain. Second: exit at once.
 fn install_signals(sd: Arc<Shutdown>) -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .context("installing signal handlers")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         for sig in signals.forever() {
             if sd.stopping() && sd.signal().is_some() {
@@ -287,17 +253,8 @@ fn install_signals(sd: Arc<Shutdown>) -> Result<()> {
     Ok(())
 }
 
-fn run(
-    path: &Path,
-    ort_library: Option<PathBuf>,
-    progress: Progress,
-    report_path: Option<&Path>,
-    quiet: bool,
-) -> Result<u8> {
-    let opts = BuildOptions {
-        ort_library,
-        ..Default::default()
-    };
+fn run(path: &Path, ort_library: Option<PathBuf>, progress: Progress, report_path: Option<&Path>, quiet: bool) -> Result<u8> {
+    let opts = BuildOptions { ort_library, ..Default::default() };
     let (cfg, graph, bodies) = match prepare(path, &opts) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
@@ -305,13 +262,7 @@ fn run(
     let pipeline = Pipeline::new(&cfg, graph, bodies);
     tracing::info!("pipeline `{}` from {}", pipeline.name, path.display());
     for n in &pipeline.nodes {
-        tracing::info!(
-            "  {} `{}` ({}): {}",
-            n.role.noun(),
-            n.name,
-            n.kind,
-            n.describe
-        );
+        tracing::info!("  {} `{}` ({}): {}", n.role.noun(), n.name, n.kind, n.describe);
     }
     let sd = Shutdown::new();
     install_signals(sd.clone())?;
@@ -328,10 +279,7 @@ fn run(
         if let Some(b) = &bar {
             let c = acct2.snapshot();
             b.set_position(c.settled());
-            b.set_message(format!(
-                "{:.1} fps",
-                c.processed as f64 / elapsed.as_secs_f64().max(1e-3)
-            ));
+            b.set_message(format!("{:.1} fps", c.processed as f64 / elapsed.as_secs_f64().max(1e-3)));
         }
     };
     let report = pipeline.run(sd.clone(), acct, Some(&mut tick));
@@ -342,8 +290,7 @@ fn run(
         eprintln!("{}", report.render());
     }
     if let Some(p) = report_path {
-        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(f) = &report.fatal {
         eprintln!("error: {f}");
@@ -368,32 +315,18 @@ fn run(
 fn progress_bar(total: Option<u64>) -> ProgressBar {
     let bar = match total {
         Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} frames  {msg}  ETA {eta}",
-            )
-            .expect("valid template"),
-        ),
-        None => ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos} frames  {msg}")
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} frames  {msg}  ETA {eta}")
                 .expect("valid template"),
         ),
+        None => ProgressBar::new_spinner()
+            .with_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos} frames  {msg}").expect("valid template")),
     };
     bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(5));
     bar
 }
 
-fn bench(
-    path: &Path,
-    isolate: bool,
-    frames: Option<u64>,
-    json: bool,
-    ort_library: Option<PathBuf>,
-) -> Result<u8> {
-    let opts = BuildOptions {
-        ort_library,
-        null_sinks: true,
-        max_frames: frames,
-    };
+fn bench(path: &Path, isolate: bool, frames: Option<u64>, json: bool, ort_library: Option<PathBuf>) -> Result<u8> {
+    let opts = BuildOptions { ort_library, null_sinks: true, max_frames: frames };
     if isolate {
         let (cfg, graph) = match load_checked(path) {
             Ok(x) => x,
@@ -414,21 +347,11 @@ fn bench(
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
-    let report = Pipeline::new(&cfg, graph, bodies).run(
-        Shutdown::new(),
-        Arc::new(Accounting::default()),
-        None,
-    );
+    let report = Pipeline::new(&cfg, graph, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("{}", report.render());
     }
-    Ok(
-        if report.fatal.is_some() || !report.source_errors.is_empty() {
-            exit::RUNTIME
-        } else {
-            exit::OK
-        },
-    )
+    Ok(if report.fatal.is_some() || !report.source_errors.is_empty() { exit::RUNTIME } else { exit::OK })
 }

@@ -29,26 +29,12 @@ impl Diagnostic {
         let text = src[line_start..line_end].trim_end_matches('\r').to_string();
         let end = span.end.clamp(start, line_end);
         let len = src[start..end].chars().count().max(1);
-        Diagnostic {
-            file: file.to_path_buf(),
-            line,
-            column,
-            message: message.into(),
-            help: None,
-            snippet: Some((text, len)),
-        }
+        Diagnostic { file: file.to_path_buf(), line, column, message: message.into(), help: None, snippet: Some((text, len)) }
     }
 
     /// An error about the file as a whole (line 1, column 1).
     pub fn whole_file(file: &Path, message: impl Into<String>) -> Self {
-        Diagnostic {
-            file: file.to_path_buf(),
-            line: 1,
-            column: 1,
-            message: message.into(),
-            help: None,
-            snippet: None,
-        }
+        Diagnostic { file: file.to_path_buf(), line: 1, column: 1, message: message.into(), help: None, snippet: None }
     }
 
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
@@ -58,37 +44,20 @@ impl Diagnostic {
 
     /// `file:line:column: message`, the first line of the rendering.
     pub fn headline(&self) -> String {
-        format!(
-            "{}:{}:{}: {}",
-            self.file.display(),
-            self.line,
-            self.column,
-            self.message
-        )
+        format!("{}:{}:{}: {}", self.file.display(), self.line, self.column, self.message)
     }
 }
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "error: {}", self.message)?;
-        writeln!(
-            f,
-            "  --> {}:{}:{}",
-            self.file.display(),
-            self.line,
-            self.column
-        )?;
+        writeln!(f, "  --> {}:{}:{}", self.file.display(), self.line, self.column)?;
         if let Some((text, len)) = &self.snippet {
             let num = self.line.to_string();
             let pad = " ".repeat(num.len());
             writeln!(f, "{pad} |")?;
             writeln!(f, "{num} | {text}")?;
-            writeln!(
-                f,
-                "{pad} | {}{}",
-                " ".repeat(self.column - 1),
-                "^".repeat(*len)
-            )?;
+            writeln!(f, "{pad} | {}{}", " ".repeat(self.column - 1), "^".repeat(*len))?;
         }
         if let Some(help) = &self.help {
             writeln!(f, "  = help: {help}")?;
@@ -112,8 +81,7 @@ impl Diagnostics {
         self.0.len()
     }
     pub fn sort(&mut self) {
-        self.0
-            .sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+        self.0.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         self.0.dedup();
     }
 }
@@ -134,8 +102,12 @@ impl std::error::Error for Diagnostics {}
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(name, c), c))
-        .filter(|(score, _)| *score > 0.8)
+        .map(|c| {
+            // Edit distance (with transpositions) catches short names; Jaro-Winkler longer ones.
+            let edits = 1.0 - strsim::osa_distance(name, c) as f64 / name.chars().count().max(c.chars().count()).max(1) as f64;
+            (strsim::jaro_winkler(name, c).max(edits), c)
+        })
+        .filter(|(score, _)| *score > 0.6)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c)
 }

@@ -45,18 +45,12 @@ pub fn kinds_for(role: Role) -> &'static [&'static str] {
     }
 }
 
-pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(
-    role: Role,
-    kind: &str,
-    d: D,
-) -> Result<NodeKind, D::Error> {
+pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str, d: D) -> Result<NodeKind, D::Error> {
     Ok(match (role, kind) {
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
         (Role::Stage, "preprocess") => NodeKind::Preprocess(PreprocessConfig::deserialize(d)?),
         (Role::Stage, "infer") => NodeKind::Infer(InferConfig::deserialize(d)?),
-        (Role::Stage, "text_detection") => {
-            NodeKind::TextDetection(TextDetectionConfig::deserialize(d)?)
-        }
+        (Role::Stage, "text_detection") => NodeKind::TextDetection(TextDetectionConfig::deserialize(d)?),
         (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
@@ -196,19 +190,11 @@ impl<'de> Deserialize<'de> for ProviderSpec {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 let name = ProviderName::deserialize(de::value::StrDeserializer::<E>::new(v))?;
-                Ok(ProviderSpec {
-                    name,
-                    required: false,
-                    device_id: 0,
-                })
+                Ok(ProviderSpec { name, required: false, device_id: 0 })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ProviderSpec {
-                    name: t.name,
-                    required: t.required,
-                    device_id: t.device_id,
-                })
+                Ok(ProviderSpec { name: t.name, required: t.required, device_id: t.device_id })
             }
         }
         d.deserialize_any(V)
@@ -216,14 +202,7 @@ impl<'de> Deserialize<'de> for ProviderSpec {
 }
 
 fn cpu_only() -> Spanned<Vec<ProviderSpec>> {
-    Spanned::new(
-        0..0,
-        vec![ProviderSpec {
-            name: ProviderName::Cpu,
-            required: false,
-            device_id: 0,
-        }],
-    )
+    Spanned::new(0..0, vec![ProviderSpec { name: ProviderName::Cpu, required: false, device_id: 0 }])
 }
 
 /// `kind = "infer"`: run an ONNX model with ONNX Runtime.

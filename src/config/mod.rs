@@ -127,6 +127,8 @@ pub struct PipelineConfig {
     pub source: String,
     pub settings: Settings,
     pub nodes: Vec<NodeConfig>,
+    /// Nodes that failed to parse (lenient loading): other checks skip references to them.
+    pub failed: Vec<(String, Role)>,
 }
 
 impl PipelineConfig {
@@ -140,47 +142,28 @@ impl PipelineConfig {
     }
 
     pub fn name(&self) -> String {
-        self.settings.name.clone().unwrap_or_else(|| {
-            self.file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        })
+        self.settings.name.clone().unwrap_or_else(|| self.file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default())
     }
 
     /// Expand `${VAR}` and resolve a path against the file's folder.
     pub fn resolve_path(&self, value: &Spanned<String>) -> Result<PathBuf, Diagnostic> {
         let expanded = self.expand(value)?;
         let p = Path::new(&expanded);
-        Ok(if p.is_absolute() || is_url(&expanded) || expanded == "-" {
-            p.to_path_buf()
-        } else {
-            self.base_dir.join(p)
-        })
+        Ok(if p.is_absolute() || is_url(&expanded) || expanded == "-" { p.to_path_buf() } else { self.base_dir.join(p) })
     }
 
     /// Expand `${VAR}` from the environment; an unset variable is an error at the string.
     pub fn expand(&self, value: &Spanned<String>) -> Result<String, Diagnostic> {
         expand_env(value.get_ref()).map_err(|var| {
-            self.diag(
-                value.span(),
-                format!("environment variable `{var}` is not set"),
-            )
-            .with_help(format!(
-                "export {var}=... before running, or write the value in the file"
-            ))
+            self.diag(value.span(), format!("environment variable `{var}` is not set"))
+                .with_help(format!("export {var}=... before running, or write the value in the file"))
         })
     }
 }
 
 /// `scheme://...`
 pub fn is_url(s: &str) -> bool {
-    s.split_once("://").is_some_and(|(scheme, _)| {
-        !scheme.is_empty()
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '+')
-    })
+    s.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+'))
 }
 
 /// Expand `${NAME}`; `$${` escapes a literal `${`. Returns the first unset variable as the error.
@@ -215,39 +198,43 @@ pub fn expand_env(s: &str) -> Result<String, String> {
 
 /// Read and parse a pipeline file. All errors found are returned together.
 pub fn load(path: &Path) -> Result<PipelineConfig, Diagnostics> {
-    let source = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostics(vec![Diagnostic::whole_file(
-            path,
-            format!("cannot read pipeline file: {e}"),
-        )])
-    })?;
-    parse(path, source)
+    match load_lenient(path) {
+        (Some(cfg), d) if d.is_empty() => Ok(cfg),
+        (_, d) => Err(d),
+    }
+}
+
+/// Load what can be loaded: the nodes that parsed (so graph checks can still
+/// run on them) and every error. `None` when the file is unreadable or not TOML.
+pub fn load_lenient(path: &Path) -> (Option<PipelineConfig>, Diagnostics) {
+    match std::fs::read_to_string(path) {
+        Ok(source) => parse_lenient(path, source),
+        Err(e) => (None, Diagnostics(vec![Diagnostic::whole_file(path, format!("cannot read pipeline file: {e}"))])),
+    }
 }
 
 /// Parse pipeline text that came from `path` (used for its folder and in messages).
 pub fn parse(path: &Path, source: String) -> Result<PipelineConfig, Diagnostics> {
+    match parse_lenient(path, source) {
+        (Some(cfg), d) if d.is_empty() => Ok(cfg),
+        (_, d) => Err(d),
+    }
+}
+
+/// Like [`parse`], keeping the nodes that parsed alongside the errors.
+pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Diagnostics) {
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let base_dir = if base_dir.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        base_dir
-    };
+    let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
     let mut diags = Diagnostics::default();
-    let mut cfg = PipelineConfig {
-        file: path.to_path_buf(),
-        base_dir,
-        source: String::new(),
-        settings: Settings::default(),
-        nodes: Vec::new(),
-    };
+    let mut cfg =
+        PipelineConfig { file: path.to_path_buf(), base_dir, source: String::new(), settings: Settings::default(), nodes: Vec::new(), failed: Vec::new() };
 
     let (root, syntax) = DeTable::parse_recoverable(&source);
     for e in syntax {
         diags.push(toml_diag(path, &source, &e, None));
     }
     if !diags.is_empty() {
-        cfg.source = source;
-        return Err(diags);
+        return (None, diags);
     }
     let root = root.into_inner();
     for (key, value) in root.iter() {
@@ -255,12 +242,7 @@ pub fn parse(path: &Path, source: String) -> Result<PipelineConfig, Diagnostics>
         match section {
             "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
                 Ok(s) => cfg.settings = s,
-                Err(e) => diags.push(toml_diag(
-                    path,
-                    &source,
-                    &e,
-                    Some(&["name", "ort_library", "on_error"]),
-                )),
+                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error"]))),
             },
             "sources" | "stages" | "sinks" => {
                 let role = match section {
@@ -270,22 +252,18 @@ pub fn parse(path: &Path, source: String) -> Result<PipelineConfig, Diagnostics>
                 };
                 let DeValue::Table(table) = value.get_ref() else {
                     diags.push(
-                        Diagnostic::at(
-                            path,
-                            &source,
-                            value.span(),
-                            format!("`{section}` must be a table of named {}s", role.noun()),
-                        )
-                        .with_help(format!(
-                            "write `[{section}.NAME]` with `kind = \"...\"` under it"
-                        )),
+                        Diagnostic::at(path, &source, value.span(), format!("`{section}` must be a table of named {}s", role.noun()))
+                            .with_help(format!("write `[{section}.NAME]` with `kind = \"...\"` under it")),
                     );
                     continue;
                 };
                 for (name, node) in table.iter() {
                     match parse_node(path, &source, role, name, node) {
                         Ok(n) => cfg.nodes.push(n),
-                        Err(mut ds) => diags.0.append(&mut ds),
+                        Err(mut ds) => {
+                            cfg.failed.push((name.get_ref().to_string(), role));
+                            diags.0.append(&mut ds);
+                        }
                     }
                 }
             }
@@ -294,9 +272,7 @@ pub fn parse(path: &Path, source: String) -> Result<PipelineConfig, Diagnostics>
                     path,
                     &source,
                     key.span(),
-                    format!(
-                        "unknown section `{other}`, expected one of `pipeline`, `sources`, `stages`, `sinks`"
-                    ),
+                    format!("unknown section `{other}`, expected one of `pipeline`, `sources`, `stages`, `sinks`"),
                 );
                 if let Some(c) = diag::closest(other, ["pipeline", "sources", "stages", "sinks"]) {
                     d = d.with_help(format!("did you mean `{c}`?"));
@@ -310,12 +286,8 @@ pub fn parse(path: &Path, source: String) -> Result<PipelineConfig, Diagnostics>
         n.on_error = n.on_error_set.unwrap_or(default_policy);
     }
     cfg.source = source;
-    if diags.is_empty() {
-        Ok(cfg)
-    } else {
-        diags.sort();
-        Err(diags)
-    }
+    diags.sort();
+    (Some(cfg), diags)
 }
 
 fn parse_node(
@@ -328,16 +300,8 @@ fn parse_node(
     let node_name = name.get_ref().to_string();
     let DeValue::Table(table) = node.get_ref() else {
         return Err(vec![
-            Diagnostic::at(
-                path,
-                src,
-                name.span(),
-                format!("{} `{node_name}` must be a table", role.noun()),
-            )
-            .with_help(format!(
-                "write `[{}.{node_name}]` with `kind = \"...\"` under it",
-                role.section()
-            )),
+            Diagnostic::at(path, src, name.span(), format!("{} `{node_name}` must be a table", role.noun()))
+                .with_help(format!("write `[{}.{node_name}]` with `kind = \"...\"` under it", role.section())),
         ]);
     };
     let mut common = toml::map::Map::new();
@@ -352,24 +316,14 @@ fn parse_node(
     let kinds = kinds::kinds_for(role);
     if !common.keys().any(|k| k.get_ref() == "kind") {
         return Err(vec![
-            Diagnostic::at(
-                path,
-                src,
-                name.span(),
-                format!("{} `{node_name}` has no `kind`", role.noun()),
-            )
-            .with_help(format!(
-                "add `kind = \"...\"`, one of {}",
-                quote_list(kinds)
-            )),
+            Diagnostic::at(path, src, name.span(), format!("{} `{node_name}` has no `kind`", role.noun()))
+                .with_help(format!("add `kind = \"...\"`, one of {}", quote_list(kinds))),
         ]);
     }
-    let common = match Common::deserialize(ValueDeserializer::from(Spanned::new(
-        node.span(),
-        DeValue::Table(common),
-    ))) {
-        Ok(c) => c,
-        Err(e) => return Err(vec![toml_diag(path, src, &e, Some(COMMON_KEYS))]),
+    let mut common_diags = Vec::new();
+    let common = deserialize_all_errors(path, src, node.span(), common, Common::deserialize, &mut common_diags);
+    let Some(common) = common.filter(|_| common_diags.is_empty()) else {
+        return Err(common_diags);
     };
     let kind_name = common.kind.get_ref().as_str();
     if !kinds.contains(&kind_name) {
@@ -377,63 +331,42 @@ fn parse_node(
             path,
             src,
             common.kind.span(),
-            format!(
-                "unknown {} kind `{kind_name}`, expected one of {}",
-                role.noun(),
-                quote_list(kinds)
-            ),
+            format!("unknown {} kind `{kind_name}`, expected one of {}", role.noun(), quote_list(kinds)),
         );
         if let Some(c) = diag::closest(kind_name, kinds.iter().copied()) {
             d = d.with_help(format!("did you mean `{c}`?"));
         }
         return Err(vec![d]);
     }
-    let rest = Spanned::new(node.span(), DeValue::Table(rest));
-    let kind = kinds::deserialize_kind(role, kind_name, ValueDeserializer::from(rest))
-        .map_err(|e| vec![toml_diag(path, src, &e, None)])?;
     let mut diags = Vec::new();
+    let kind = deserialize_all_errors(path, src, node.span(), rest, |v| kinds::deserialize_kind(role, kind_name, v), &mut diags);
     let inputs = match (role, common.inputs) {
         (Role::Source, Some(i)) => {
             diags.push(
-                Diagnostic::at(
-                    path,
-                    src,
-                    i.span(),
-                    format!("source `{node_name}` cannot have `inputs`"),
-                )
-                .with_help("sources read media; remove `inputs` or make this node a stage"),
+                Diagnostic::at(path, src, i.span(), format!("source `{node_name}` cannot have `inputs`"))
+                    .with_help("sources read media; remove `inputs` or make this node a stage"),
             );
             Vec::new()
         }
         (Role::Stage | Role::Sink, None) => {
             diags.push(
-                Diagnostic::at(
-                    path,
-                    src,
-                    name.span(),
-                    format!("{} `{node_name}` has no `inputs`", role.noun()),
-                )
-                .with_help("add `inputs = [\"NAME\"]` naming the upstream node(s)"),
+                Diagnostic::at(path, src, name.span(), format!("{} `{node_name}` has no `inputs`", role.noun()))
+                    .with_help("add `inputs = [\"NAME\"]` naming the upstream node(s)"),
             );
             Vec::new()
         }
         (Role::Stage | Role::Sink, Some(i)) if i.get_ref().is_empty() => {
             diags.push(
-                Diagnostic::at(
-                    path,
-                    src,
-                    i.span(),
-                    format!("{} `{node_name}` has an empty `inputs` list", role.noun()),
-                )
-                .with_help("name at least one upstream node"),
+                Diagnostic::at(path, src, i.span(), format!("{} `{node_name}` has an empty `inputs` list", role.noun()))
+                    .with_help("name at least one upstream node"),
             );
             Vec::new()
         }
         (_, i) => i.map(Spanned::into_inner).unwrap_or_default(),
     };
-    if !diags.is_empty() {
+    let Some(kind) = kind.filter(|_| diags.is_empty()) else {
         return Err(diags);
-    }
+    };
     Ok(NodeConfig {
         name: node_name,
         role,
@@ -447,37 +380,57 @@ fn parse_node(
     })
 }
 
+/// Deserialize `table`; on an error, note it, remove the offending key and
+/// try again, so one node reports every bad key rather than the first.
+fn deserialize_all_errors<'i, T>(
+    path: &Path,
+    src: &str,
+    span: Range<usize>,
+    mut table: DeTable<'i>,
+    de: impl Fn(ValueDeserializer<'i>) -> Result<T, toml::de::Error>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<T> {
+    let mut removed: Vec<String> = Vec::new();
+    for _ in 0..=table.len() {
+        match de(ValueDeserializer::from(Spanned::new(span.clone(), DeValue::Table(table.clone())))) {
+            Ok(v) => return diags.is_empty().then_some(v),
+            Err(e) => {
+                let msg = e.message();
+                // A key removed after an earlier error now shows up as missing: already reported.
+                if msg.starts_with("missing field") && removed.iter().any(|k| msg.contains(&format!("`{k}`"))) {
+                    return None;
+                }
+                let d = toml_diag(path, src, &e, Some(COMMON_KEYS));
+                if let Some(suggested) = d.help.as_deref().and_then(|h| h.strip_prefix("did you mean `")).and_then(|h| h.split('`').next()) {
+                    removed.push(suggested.to_string());
+                }
+                diags.push(d);
+                let at = e.span()?;
+                let key = table.iter().find(|(k, v)| {
+                    let (ks, vs) = (k.span(), v.span());
+                    (ks.start <= at.start && at.start < ks.end.max(ks.start + 1)) || (vs.start <= at.start && at.end <= vs.end.max(vs.start + 1))
+                });
+                let key = key.map(|(k, _)| k.clone())?;
+                removed.push(key.get_ref().to_string());
+                table.remove(&key);
+            }
+        }
+    }
+    None
+}
+
 fn quote_list(items: &[&str]) -> String {
-    items
-        .iter()
-        .map(|s| format!("`{s}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    items.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
 }
 
 /// Turn a toml/serde error into a located diagnostic with a fix hint.
-fn toml_diag(
-    path: &Path,
-    src: &str,
-    e: &toml::de::Error,
-    extra_known: Option<&[&str]>,
-) -> Diagnostic {
+fn toml_diag(path: &Path, src: &str, e: &toml::de::Error, extra_known: Option<&[&str]>) -> Diagnostic {
     let span = e.span().unwrap_or(0..0);
     let message = e.message().trim().to_string();
     let mut d = Diagnostic::at(path, src, span, message.clone());
-    if let Some(field) = message
-        .strip_prefix("unknown field `")
-        .and_then(|m| m.split('`').next())
-    {
-        let expected: Vec<&str> = message
-            .split("expected ")
-            .nth(1)
-            .map(|s| s.split('`').skip(1).step_by(2).collect())
-            .unwrap_or_default();
-        let candidates = expected
-            .iter()
-            .copied()
-            .chain(extra_known.unwrap_or(&[]).iter().copied());
+    if let Some(field) = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next()) {
+        let expected: Vec<&str> = message.split("expected ").nth(1).map(|s| s.split('`').skip(1).step_by(2).collect()).unwrap_or_default();
+        let candidates = expected.iter().copied().chain(extra_known.unwrap_or(&[]).iter().copied());
         d = match diag::closest(field, candidates) {
             Some(c) => d.with_help(format!("did you mean `{c}`?")),
             None => d.with_help("remove it, or check the key names in README's TOML reference"),
@@ -486,6 +439,8 @@ fn toml_diag(
         d = d.with_help("check the value's type in README's TOML reference");
     } else if message.starts_with("missing field") {
         d = d.with_help("add the field to this table");
+    } else if message.starts_with("invalid value") || message.starts_with("invalid length") {
+        d = d.with_help("check the allowed values in README's TOML reference");
     } else if message.starts_with("unknown variant") {
         d = d.with_help("use one of the listed values");
     }

@@ -1,19 +1,181 @@
-//! Config loading: exact error messages and positions.
+//! Config loading and graph checks: exact error messages and positions.
+
 use std::path::Path;
 
 use super::*;
 
-fn errors(src: &str) -> Vec<String> {
-    match parse(Path::new("p.toml"), src.to_string()) {
-        Ok(_) => vec![],
-        Err(d) => d.0.iter().map(|d| d.headline()).collect(),
+const SOURCE: &str = "[sources.cam]\nkind = \"file\"\nuri = \"clip.mp4\"\n";
+const SINK: &str = "[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n";
+
+/// Headlines (`file:line:col: message`) and helps of every error, config and graph.
+fn errors(src: &str) -> Vec<(String, Option<String>)> {
+    let (cfg, mut d) = parse_lenient(Path::new("p.toml"), src.to_string());
+    if let Some(cfg) = cfg {
+        if let Err(mut g) = crate::graph::check(&cfg) {
+            d.0.append(&mut g.0);
+        }
     }
+    d.sort();
+    // Files do not exist in these tests; keep the other errors.
+    d.0.into_iter().filter(|d| !d.message.contains(" not found: ")).map(|d| (d.headline(), d.help)).collect()
+}
+
+fn headlines(src: &str) -> Vec<String> {
+    errors(src).into_iter().map(|e| e.0).collect()
 }
 
 #[test]
-fn placeholder_parses() {
-    let cfg = parse(Path::new("dir/p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"a.mp4\"\n[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n".into()).unwrap();
+fn minimal_pipeline_parses_with_paths_relative_to_the_file() {
+    let cfg = parse(Path::new("dir/p.toml"), format!("{SOURCE}{SINK}")).unwrap();
     assert_eq!(cfg.nodes.len(), 2);
-    assert_eq!(cfg.base_dir, Path::new("dir"));
-    let _ = errors("");
+    assert_eq!(cfg.nodes[0].role, Role::Source);
+    let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };
+    assert_eq!(cfg.resolve_path(&f.uri).unwrap(), Path::new("dir/clip.mp4"));
+    assert_eq!(cfg.nodes[1].inputs[0].get_ref(), "cam");
+    assert_eq!(cfg.name(), "p");
+}
+
+#[test]
+fn typo_in_a_key_is_located_with_a_suggestion() {
+    let src = format!("{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 640\nhieght = 384\n{SINK}");
+    let e = errors(&src);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0].0,
+        "p.toml:8:1: unknown field `hieght`, expected one of `width`, `height`, `resize`, `pad_value`, `color`, `mean`, `std`, `scale`, `layout`, `interpolation`"
+    );
+    assert_eq!(e[0].1.as_deref(), Some("did you mean `height`?"));
+}
+
+#[test]
+fn every_bad_key_of_one_node_is_reported() {
+    let src = format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = 42\nintra_threads = \"two\"\nspinnig = true\n{SINK}");
+    assert_eq!(
+        headlines(&src),
+        vec![
+            "p.toml:7:9: invalid type: integer `42`, expected a string",
+            "p.toml:8:17: invalid type: string \"two\", expected usize",
+            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`",
+        ]
+    );
+}
+
+#[test]
+fn unknown_kind_and_missing_kind() {
+    let src = format!("{SOURCE}[stages.a]\nkind = \"prepocess\"\ninputs = [\"cam\"]\n[stages.b]\ninputs = [\"cam\"]\n{SINK}");
+    let e = errors(&src);
+    assert_eq!(e[0].0, "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`");
+    assert_eq!(e[0].1.as_deref(), Some("did you mean `preprocess`?"));
+    assert_eq!(e[1].0, "p.toml:7:9: stage `b` has no `kind`");
+}
+
+#[test]
+fn wrong_enum_value() {
+    let src = format!("{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 64\nheight = 64\nlayout = \"chw\"\n{SINK}");
+    assert_eq!(headlines(&src), vec!["p.toml:9:10: unknown variant `chw`, expected `nchw` or `nhwc`"]);
+}
+
+#[test]
+fn missing_required_field_points_at_the_table() {
+    let src = format!("{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 64\n{SINK}");
+    assert_eq!(headlines(&src), vec!["p.toml:4:1: missing field `height`"]);
+}
+
+#[test]
+fn sources_take_no_inputs_and_sinks_need_them() {
+    let src = "[sources.cam]\nkind = \"file\"\nuri = \"a.mp4\"\ninputs = [\"x\"]\n[sinks.out]\nkind = \"null\"\n";
+    assert_eq!(headlines(src), vec!["p.toml:4:10: source `cam` cannot have `inputs`", "p.toml:5:8: sink `out` has no `inputs`"]);
+}
+
+#[test]
+fn unknown_section_and_syntax_error() {
+    assert_eq!(headlines(&format!("{SOURCE}{SINK}[stage.x]\nkind = \"infer\"\n")), vec!["p.toml:7:2: unknown section `stage`, expected one of `pipeline`, `sources`, `stages`, `sinks`"]);
+    let e = headlines("[sources.cam\nkind = 1\n");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("p.toml:1:"), "{e:?}");
+}
+
+#[test]
+fn queue_settings() {
+    let src = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\nqueue = {{ capacity = 2, when_full = \"drop_oldest\" }}\n");
+    let cfg = parse(Path::new("p.toml"), src).unwrap();
+    let q = cfg.nodes[1].queue.unwrap();
+    assert_eq!((q.capacity.get(), q.when_full), (2, Some(WhenFull::DropOldest)));
+    let bad = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\nqueue = {{ capacity = 0, when_full = \"drop_old\" }}\n");
+    assert_eq!(headlines(&bad), vec!["p.toml:7:22: invalid value: integer `0`, expected a nonzero usize"]);
+    let bad = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\nqueue = {{ when_full = \"drop_old\" }}\n");
+    assert_eq!(headlines(&bad), vec!["p.toml:7:23: unknown variant `drop_old`, expected one of `block`, `drop_oldest`, `drop_newest`"]);
+}
+
+#[test]
+fn providers_as_names_or_tables() {
+    let src = format!(
+        "{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 64\nheight = 64\n[stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"m.onnx\"\nproviders = [{{ name = \"cuda\", required = true, device_id = 1 }}, \"cpu\"]\n[sinks.out]\nkind = \"null\"\ninputs = [\"det\"]\n"
+    );
+    let cfg = parse(Path::new("p.toml"), src).unwrap();
+    let NodeKind::Infer(c) = &cfg.nodes[2].kind else { panic!() };
+    assert_eq!(c.providers.get_ref()[0], ProviderSpec { name: ProviderName::Cuda, required: true, device_id: 1 });
+    assert_eq!(c.providers.get_ref()[1].name, ProviderName::Cpu);
+    let bad = format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\nproviders = [\"cudnn\"]\n{SINK}");
+    assert_eq!(headlines(&bad), vec!["p.toml:8:14: unknown variant `cudnn`, expected one of `tensorrt`, `cuda`, `cpu`"]);
+}
+
+#[test]
+fn env_vars_expand_and_unset_ones_are_errors() {
+    // SAFETY of the test: the variable names are unique to this test.
+    unsafe { std::env::set_var("INFER_STREAM_TEST_CAM", "cam1.mp4") };
+    let cfg = parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"/media/${INFER_STREAM_TEST_CAM}\"\n".into()).unwrap();
+    let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };
+    assert_eq!(cfg.resolve_path(&f.uri).unwrap(), Path::new("/media/cam1.mp4"));
+    let cfg = parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"rtsp://u:${INFER_STREAM_TEST_UNSET}@h/x\"\n".into()).unwrap();
+    let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };
+    let d = cfg.resolve_path(&f.uri).unwrap_err();
+    assert_eq!(d.headline(), "p.toml:3:7: environment variable `INFER_STREAM_TEST_UNSET` is not set");
+    assert_eq!(expand_env("a$${b}c$d").unwrap(), "a${b}c$d");
+}
+
+#[test]
+fn unknown_input_with_suggestion() {
+    let src = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cma\"]\n");
+    let e = errors(&src);
+    assert_eq!(e[0].0, "p.toml:6:11: sink `out` names unknown input `cma`");
+    assert_eq!(e[0].1.as_deref(), Some("did you mean `cam`?"));
+}
+
+#[test]
+fn cycle_is_reported_as_a_chain() {
+    let src = format!(
+        "{SOURCE}[stages.a]\nkind = \"text_detection\"\ninputs = [\"c\"]\n[stages.b]\nkind = \"text_detection\"\ninputs = [\"a\"]\n[stages.c]\nkind = \"text_detection\"\ninputs = [\"b\"]\n[sinks.out]\nkind = \"null\"\ninputs = [\"c\"]\n"
+    );
+    let e = headlines(&src);
+    assert!(e.iter().any(|h| h == "p.toml:9:11: cycle: [ b -> c -> a -> b ]"), "{e:?}");
+}
+
+#[test]
+fn type_mismatch_names_both_ends() {
+    let src = format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\n[sinks.out]\nkind = \"null\"\ninputs = [\"det\"]\n");
+    let e = errors(&src);
+    assert_eq!(e[0].0, "p.toml:6:11: type mismatch: stage `det` (infer) takes model input tensors, but `cam` (file) produces video frames");
+    assert_eq!(e[0].1.as_deref(), Some("put a `preprocess` stage in between and name it in `inputs`"));
+}
+
+#[test]
+fn duplicate_names_and_sinks_as_inputs() {
+    let src = format!("{SOURCE}[sinks.cam]\nkind = \"null\"\ninputs = [\"cam\"]\n[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n");
+    let e = headlines(&src);
+    assert_eq!(e[0], "p.toml:4:8: name `cam` is used twice (also source `cam`)");
+    let src = format!("{SOURCE}{SINK}[sinks.again]\nkind = \"null\"\ninputs = [\"out\"]\n");
+    assert_eq!(headlines(&src), vec!["p.toml:9:11: `out` is a sink and produces nothing; sink `again` cannot take it as input"]);
+}
+
+#[test]
+fn empty_pipeline_needs_sources_and_sinks() {
+    assert_eq!(headlines("[pipeline]\nname = \"x\"\n"), vec!["p.toml:1:1: the pipeline has no sources", "p.toml:1:1: the pipeline has no sinks"]);
+}
+
+#[test]
+fn graph_errors_show_alongside_config_errors() {
+    let src = format!("{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = \"x\"\nheight = 4\n[sinks.out]\nkind = \"null\"\ninputs = [\"pree\", \"pre\"]\n");
+    let e = headlines(&src);
+    assert_eq!(e, vec!["p.toml:7:9: invalid type: string \"x\", expected u32", "p.toml:11:11: sink `out` names unknown input `pree`"]);
 }

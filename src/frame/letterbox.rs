@@ -58,18 +58,12 @@ impl Letterbox {
     pub fn unmap(&self, x: f32, y: f32) -> (f32, f32) {
         let sx = (x - self.pad_x as f32) * self.inv_scale_x;
         let sy = (y - self.pad_y as f32) * self.inv_scale_y;
-        (
-            sx.clamp(0.0, self.src_w as f32),
-            sy.clamp(0.0, self.src_h as f32),
-        )
+        (sx.clamp(0.0, self.src_w as f32), sy.clamp(0.0, self.src_h as f32))
     }
 
     /// Map a source coordinate into the tensor.
     pub fn map(&self, x: f32, y: f32) -> (f32, f32) {
-        (
-            x / self.inv_scale_x + self.pad_x as f32,
-            y / self.inv_scale_y + self.pad_y as f32,
-        )
+        (x / self.inv_scale_x + self.pad_x as f32, y / self.inv_scale_y + self.pad_y as f32)
     }
 }
 

@@ -164,16 +164,11 @@ impl Frame {
     /// pts in seconds.
     pub fn pts_seconds(&self) -> Option<f64> {
         let (num, den) = self.time_base;
-        self.pts
-            .filter(|_| den != 0)
-            .map(|p| p as f64 * num as f64 / den as f64)
+        self.pts.filter(|_| den != 0).map(|p| p as f64 * num as f64 / den as f64)
     }
 
     pub fn attach(&mut self, node: &Arc<str>, payload: Payload) {
-        self.results.push(Attached {
-            node: node.clone(),
-            payload: Arc::new(payload),
-        });
+        self.results.push(Attached { node: node.clone(), payload: Arc::new(payload) });
     }
 
     /// The most recent model input attached.

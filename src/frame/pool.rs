@@ -12,9 +12,7 @@ pub struct Pool<T> {
 
 impl<T> Clone for Pool<T> {
     fn clone(&self) -> Self {
-        Pool {
-            inner: self.inner.clone(),
-        }
+        Pool { inner: self.inner.clone() }
     }
 }
 
@@ -61,10 +59,7 @@ impl<T: Copy + Default> Pool<T> {
                 vec![T::default(); len]
             }
         };
-        PoolBuf {
-            buf,
-            pool: Some(self.inner.clone()),
-        }
+        PoolBuf { buf, pool: Some(self.inner.clone()) }
     }
 
     /// Buffers allocated so far (not reused).

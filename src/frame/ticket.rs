@@ -56,10 +56,7 @@ impl Accounting {
     /// A ticket for a newly decoded frame.
     pub fn issue(self: &Arc<Self>) -> Arc<Ticket> {
         self.decoded.fetch_add(1, Ordering::AcqRel);
-        Arc::new(Ticket {
-            state: AtomicU8::new(0),
-            acct: self.clone(),
-        })
+        Arc::new(Ticket { state: AtomicU8::new(0), acct: self.clone() })
     }
 }
 
@@ -121,10 +118,7 @@ mod tests {
         c.dropped();
         drop(c);
         let n = acct.snapshot();
-        assert_eq!(
-            (n.decoded, n.processed, n.dropped, n.failed, n.lost),
-            (3, 1, 1, 1, 0)
-        );
+        assert_eq!((n.decoded, n.processed, n.dropped, n.failed, n.lost), (3, 1, 1, 1, 0));
         assert!(n.balanced());
     }
 

@@ -5,9 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::config::{
-    Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url,
-};
+use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url};
 use crate::stages::ModelIo;
 
 /// What flows along an edge.
@@ -47,14 +45,8 @@ fn output_type(kind: &NodeKind) -> DataType {
 fn input_type(kind: &NodeKind) -> Option<(DataType, &'static str)> {
     match kind {
         NodeKind::Preprocess(_) => Some((DataType::Video, "connect a video source here")),
-        NodeKind::Infer(_) => Some((
-            DataType::Tensor,
-            "put a `preprocess` stage in between and name it in `inputs`",
-        )),
-        NodeKind::TextDetection(_) => Some((
-            DataType::ModelOutputs,
-            "name an `infer` stage running a text detection model in `inputs`",
-        )),
+        NodeKind::Infer(_) => Some((DataType::Tensor, "put a `preprocess` stage in between and name it in `inputs`")),
+        NodeKind::TextDetection(_) => Some((DataType::ModelOutputs, "name an `infer` stage running a text detection model in `inputs`")),
         _ => None,
     }
 }
@@ -77,18 +69,16 @@ impl Graph {
 
     /// The tensor shape produced by the preprocess feeding node `i`, if there is one.
     pub fn preprocess_shape(&self, cfg: &PipelineConfig, i: usize) -> Option<Vec<usize>> {
-        self.producers[i]
-            .iter()
-            .find_map(|&p| match &cfg.nodes[p].kind {
-                NodeKind::Preprocess(c) => {
-                    let (w, h) = (*c.width.get_ref() as usize, *c.height.get_ref() as usize);
-                    Some(match c.layout {
-                        Layout::Nchw => vec![1, 3, h, w],
-                        Layout::Nhwc => vec![1, h, w, 3],
-                    })
-                }
-                _ => None,
-            })
+        self.producers[i].iter().find_map(|&p| match &cfg.nodes[p].kind {
+            NodeKind::Preprocess(c) => {
+                let (w, h) = (*c.width.get_ref() as usize, *c.height.get_ref() as usize);
+                Some(match c.layout {
+                    Layout::Nchw => vec![1, 3, h, w],
+                    Layout::Nhwc => vec![1, h, w, 3],
+                })
+            }
+            _ => None,
+        })
     }
 }
 
@@ -101,30 +91,25 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         if let Some(&first) = index.get(node.name.as_str()) {
             let f = &cfg.nodes[first];
             diags.push(
-                cfg.diag(
-                    node.name_span.clone(),
-                    format!(
-                        "name `{}` is used twice (also {} `{}`)",
-                        node.name,
-                        f.role.noun(),
-                        f.name
-                    ),
-                )
-                .with_help("node names are shared by sources, stages and sinks; rename one"),
+                cfg.diag(node.name_span.clone(), format!("name `{}` is used twice (also {} `{}`)", node.name, f.role.noun(), f.name))
+                    .with_help("node names are shared by sources, stages and sinks; rename one"),
             );
         } else {
             index.insert(&node.name, i);
         }
     }
-    if !cfg.nodes.iter().any(|n| n.role == Role::Source) {
+    let failed = |role: Role| cfg.failed.iter().any(|(_, r)| *r == role);
+    if !cfg.nodes.iter().any(|n| n.role == Role::Source) && !failed(Role::Source) {
         diags.push(
-            Diagnostic::whole_file(&cfg.file, "the pipeline has no sources").with_help(
-                "add a `[sources.NAME]` table with `kind = \"file\"` and `uri = \"...\"`",
-            ),
+            Diagnostic::whole_file(&cfg.file, "the pipeline has no sources")
+                .with_help("add a `[sources.NAME]` table with `kind = \"file\"` and `uri = \"...\"`"),
         );
     }
-    if !cfg.nodes.iter().any(|n| n.role == Role::Sink) {
-        diags.push(Diagnostic::whole_file(&cfg.file, "the pipeline has no sinks").with_help("add a `[sinks.NAME]` table, e.g. `kind = \"ndjson\"` with `path = \"results.ndjson\"`"));
+    if !cfg.nodes.iter().any(|n| n.role == Role::Sink) && !failed(Role::Sink) {
+        diags.push(
+            Diagnostic::whole_file(&cfg.file, "the pipeline has no sinks")
+                .with_help("add a `[sinks.NAME]` table, e.g. `kind = \"ndjson\"` with `path = \"results.ndjson\"`"),
+        );
     }
 
     let mut producers = vec![Vec::new(); n];
@@ -132,22 +117,12 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     for (i, node) in cfg.nodes.iter().enumerate() {
         for input in &node.inputs {
             let name = input.get_ref().as_str();
+            if cfg.failed.iter().any(|(f, _)| f == name) {
+                continue; // already reported where that node is defined
+            }
             let Some(&p) = index.get(name) else {
-                let mut d = cfg.diag(
-                    input.span(),
-                    format!(
-                        "{} `{}` names unknown input `{name}`",
-                        node.role.noun(),
-                        node.name
-                    ),
-                );
-                d = match diag::closest(
-                    name,
-                    cfg.nodes
-                        .iter()
-                        .filter(|m| m.role != Role::Sink)
-                        .map(|m| m.name.as_str()),
-                ) {
+                let mut d = cfg.diag(input.span(), format!("{} `{}` names unknown input `{name}`", node.role.noun(), node.name));
+                d = match diag::closest(name, cfg.nodes.iter().filter(|m| m.role != Role::Sink).map(|m| m.name.as_str()).chain(cfg.failed.iter().filter(|f| f.1 != Role::Sink).map(|f| f.0.as_str()))) {
                     Some(c) => d.with_help(format!("did you mean `{c}`?")),
                     None => d.with_help("inputs name sources or stages defined in this file"),
                 };
@@ -156,22 +131,21 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             };
             let prod = &cfg.nodes[p];
             if prod.role == Role::Sink {
-                diags.push(cfg.diag(input.span(), format!("`{name}` is a sink and produces nothing; {} `{}` cannot take it as input", node.role.noun(), node.name))
-                    .with_help("name the stage that feeds that sink instead"));
+                diags.push(
+                    cfg.diag(
+                        input.span(),
+                        format!("`{name}` is a sink and produces nothing; {} `{}` cannot take it as input", node.role.noun(), node.name),
+                    )
+                    .with_help("name the stage that feeds that sink instead"),
+                );
                 continue;
             }
             if p == i {
-                diags.push(
-                    cfg.diag(input.span(), format!("cycle: [ {0} -> {0} ]", node.name))
-                        .with_help("a node cannot be its own input"),
-                );
+                diags.push(cfg.diag(input.span(), format!("cycle: [ {0} -> {0} ]", node.name)).with_help("a node cannot be its own input"));
                 continue;
             }
             if producers[i].contains(&p) {
-                diags.push(
-                    cfg.diag(input.span(), format!("input `{name}` is listed twice"))
-                        .with_help("remove the duplicate"),
-                );
+                diags.push(cfg.diag(input.span(), format!("input `{name}` is listed twice")).with_help("remove the duplicate"));
                 continue;
             }
             producers[i].push(p);
@@ -179,10 +153,21 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             let got = output_type(&prod.kind);
             if let Some((want, help)) = input_type(&node.kind) {
                 if got != want {
-                    diags.push(cfg.diag(input.span(), format!(
-                        "type mismatch: {} `{}` ({}) takes {}, but `{name}` ({}) produces {}",
-                        node.role.noun(), node.name, node.kind.name(), want.describe(), prod.kind.name(), got.describe()
-                    )).with_help(help));
+                    diags.push(
+                        cfg.diag(
+                            input.span(),
+                            format!(
+                                "type mismatch: {} `{}` ({}) takes {}, but `{name}` ({}) produces {}",
+                                node.role.noun(),
+                                node.name,
+                                node.kind.name(),
+                                want.describe(),
+                                prod.kind.name(),
+                                got.describe()
+                            ),
+                        )
+                        .with_help(help),
+                    );
                 }
             }
         }
@@ -196,18 +181,11 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             let last = *cycle.last().expect("cycle has nodes");
             let first = cycle[0];
             let node = &cfg.nodes[first];
-            let span = node
-                .inputs
-                .iter()
-                .find(|s| s.get_ref() == &cfg.nodes[last].name)
-                .map(|s| s.span())
-                .unwrap_or(node.name_span.clone());
+            let span =
+                node.inputs.iter().find(|s| s.get_ref() == &cfg.nodes[last].name).map(|s| s.span()).unwrap_or(node.name_span.clone());
             diags.push(
-                cfg.diag(
-                    span,
-                    format!("cycle: [ {} -> {} ]", names.join(" -> "), names[0]),
-                )
-                .with_help("frames must flow from sources to sinks; remove one of these inputs"),
+                cfg.diag(span, format!("cycle: [ {} -> {} ]", names.join(" -> "), names[0]))
+                    .with_help("frames must flow from sources to sinks; remove one of these inputs"),
             );
             Vec::new()
         }
@@ -228,14 +206,9 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                 } else {
                     "fix the path (relative paths start at the pipeline file's folder); scripts/make-samples.sh makes the bundled samples"
                 };
-                diags.push(
-                    cfg.diag(value.span(), format!("{what} not found: {}", p.display()))
-                        .with_help(help),
-                );
+                diags.push(cfg.diag(value.span(), format!("{what} not found: {}", p.display())).with_help(help));
             }
-            Ok(p) if p.is_dir() => {
-                diags.push(cfg.diag(value.span(), format!("{what} is a folder: {}", p.display())))
-            }
+            Ok(p) if p.is_dir() => diags.push(cfg.diag(value.span(), format!("{what} is a folder: {}", p.display()))),
             Ok(_) => {}
             Err(d) => diags.push(d),
         }
@@ -246,18 +219,9 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
-    let queue_total = cfg
-        .nodes
-        .iter()
-        .map(|n| n.queue.map_or(8, |q| q.capacity.get()))
-        .sum();
+    let queue_total = cfg.nodes.iter().map(|n| n.queue.map_or(8, |q| q.capacity.get())).sum();
     if diags.is_empty() {
-        Ok(Graph {
-            producers,
-            consumers,
-            order,
-            queue_total,
-        })
+        Ok(Graph { producers, consumers, order, queue_total })
     } else {
         diags.sort();
         Err(diags)
@@ -294,10 +258,7 @@ fn topo_order(producers: &[Vec<usize>]) -> Result<Vec<usize>, Vec<usize>> {
     let mut path = vec![start];
     let mut cur = start;
     loop {
-        let next = *producers[cur]
-            .iter()
-            .find(|&&p| stuck[p])
-            .expect("stuck node has a stuck producer");
+        let next = *producers[cur].iter().find(|&&p| stuck[p]).expect("stuck node has a stuck producer");
         if let Some(pos) = path.iter().position(|&x| x == next) {
             let mut cycle = path[pos..].to_vec();
             cycle.reverse(); // producers were followed backwards
@@ -322,16 +283,10 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                     Some(n) => match inputs.iter().find(|x| &x.name == n.get_ref()) {
                         Some(x) => x,
                         None => {
-                            let names: Vec<_> =
-                                inputs.iter().map(|x| format!("`{}`", x.name)).collect();
-                            diags.push(cfg.diag(
-                                n.span(),
-                                format!(
-                                    "model has no input `{}`; its inputs are {}",
-                                    n.get_ref(),
-                                    names.join(", ")
-                                ),
-                            ));
+                            let names: Vec<_> = inputs.iter().map(|x| format!("`{}`", x.name)).collect();
+                            diags.push(
+                                cfg.diag(n.span(), format!("model has no input `{}`; its inputs are {}", n.get_ref(), names.join(", "))),
+                            );
                             continue;
                         }
                     },
@@ -341,13 +296,12 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                     },
                 };
                 if !input.dtype.contains("float32") && !input.dtype.contains("f32") {
-                    diags.push(cfg.diag(
-                        c.model.span(),
-                        format!(
-                            "model input `{}` is {}, but preprocess produces float32",
-                            input.name, input.dtype
+                    diags.push(
+                        cfg.diag(
+                            c.model.span(),
+                            format!("model input `{}` is {}, but preprocess produces float32", input.name, input.dtype),
                         ),
-                    ));
+                    );
                 }
                 for &p in &graph.producers[i] {
                     let NodeKind::Preprocess(pc) = &cfg.nodes[p].kind else {
@@ -368,22 +322,38 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                     };
                     let d = &input.dims;
                     let fixed = |k: usize| (d[k] >= 0).then_some(d[k] as usize);
-                    if fixed(c_at).is_some_and(|v| v != 3) {
-                        let other = if pc.layout == Layout::Nchw {
-                            "nhwc"
-                        } else {
-                            "nchw"
-                        };
-                        diags.push(cfg.diag(c.model.span(), format!(
-                            "model `{model}` input `{}` has shape {}: {} channels where preprocess `{pname}` ({:?}) puts 3", input.name, input.shape_string(), d[c_at], pc.layout
-                        ).replace("Nchw", "nchw").replace("Nhwc", "nhwc")).with_help(format!("set layout = \"{other}\" in `{pname}` if the model takes that layout")));
+                    // Channels where the other layout has them while ours is not 3: the layout is wrong.
+                    let other_c = if pc.layout == Layout::Nchw { 3 } else { 1 };
+                    if fixed(c_at).is_some_and(|v| v != 3) || (fixed(c_at).is_none() && fixed(other_c) == Some(3)) {
+                        let (ours, other) = if pc.layout == Layout::Nchw { ("nchw", "nhwc") } else { ("nhwc", "nchw") };
+                        diags.push(
+                            cfg.diag(
+                                c.model.span(),
+                                format!(
+                                    "model `{model}` input `{}` has shape {}, which is not {ours} with 3 channels as preprocess `{pname}` produces",
+                                    input.name,
+                                    input.shape_string(),
+                                ),
+                            )
+                            .with_help(format!("set layout = \"{other}\" in `{pname}` if the model takes that layout")),
+                        );
+                        continue;
                     }
                     if fixed(0).is_some_and(|v| v != 1) {
-                        diags.push(cfg.diag(c.model.span(), format!("model `{model}` input `{}` has a fixed batch of {} ({}); frames are fed one at a time", input.name, d[0], input.shape_string()))
-                            .with_help("export the model with batch 1 or a dynamic batch"));
+                        diags.push(
+                            cfg.diag(
+                                c.model.span(),
+                                format!(
+                                    "model `{model}` input `{}` has a fixed batch of {} ({}); frames are fed one at a time",
+                                    input.name,
+                                    d[0],
+                                    input.shape_string()
+                                ),
+                            )
+                            .with_help("export the model with batch 1 or a dynamic batch"),
+                        );
                     }
-                    for (k, key, val) in [(h_at, "height", &pc.height), (w_at, "width", &pc.width)]
-                    {
+                    for (k, key, val) in [(h_at, "height", &pc.height), (w_at, "width", &pc.width)] {
                         if let Some(v) = fixed(k) {
                             if v != *val.get_ref() as usize {
                                 diags.push(cfg.diag(val.span(), format!(
@@ -404,8 +374,7 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                         Some(n) => match outputs.iter().find(|o| &o.name == n.get_ref()) {
                             Some(o) => o,
                             None => {
-                                let names: Vec<_> =
-                                    outputs.iter().map(|x| format!("`{}`", x.name)).collect();
+                                let names: Vec<_> = outputs.iter().map(|x| format!("`{}`", x.name)).collect();
                                 diags.push(cfg.diag(
                                     n.span(),
                                     format!(
@@ -429,10 +398,19 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                         _ => false,
                     };
                     if !ok {
-                        diags.push(cfg.diag(node.kind_span.clone(), format!(
-                            "text_detection `{}` needs a probability map [N, 1, H, W], but `{}` outputs `{}` with shape {}",
-                            node.name, cfg.nodes[p].name, out.name, out.shape_string()
-                        )).with_help("feed it a DB text detection model such as PP-OCRv4 det"));
+                        diags.push(
+                            cfg.diag(
+                                node.kind_span.clone(),
+                                format!(
+                                    "text_detection `{}` needs a probability map [N, 1, H, W], but `{}` outputs `{}` with shape {}",
+                                    node.name,
+                                    cfg.nodes[p].name,
+                                    out.name,
+                                    out.shape_string()
+                                ),
+                            )
+                            .with_help("feed it a DB text detection model such as PP-OCRv4 det"),
+                        );
                     }
                 }
             }
@@ -458,13 +436,7 @@ pub fn to_dot(cfg: &PipelineConfig) -> String {
     let _ = writeln!(s, "digraph \"{}\" {{\n  rankdir=LR;", cfg.name());
     for n in &cfg.nodes {
         let (_, dot_shape) = shape(&n.kind, n.role, &n.name);
-        let _ = writeln!(
-            s,
-            "  \"{}\" [shape={dot_shape}, label=\"{}\\n({})\"];",
-            n.name,
-            n.name,
-            n.kind.name()
-        );
+        let _ = writeln!(s, "  \"{}\" [shape={dot_shape}, label=\"{}\\n({})\"];", n.name, n.name, n.kind.name());
     }
     for n in &cfg.nodes {
         for i in &n.inputs {

@@ -38,9 +38,7 @@ impl Shutdown {
     }
     /// A signal (SIGINT, SIGTERM) asked for the stop.
     pub fn interrupt(&self, signal: i32) {
-        let _ = self
-            .signal
-            .compare_exchange(0, signal, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.signal.compare_exchange(0, signal, Ordering::AcqRel, Ordering::Acquire);
         self.stop();
     }
     /// A stage failed for good: record the first reason and stop.
@@ -163,14 +161,7 @@ impl<'a> SourceCtx<'a> {
         stats: &'a NodeStats,
         emit: &'a mut dyn FnMut(Frame) -> bool,
     ) -> Self {
-        SourceCtx {
-            name,
-            index,
-            shutdown,
-            acct,
-            stats,
-            emit,
-        }
+        SourceCtx { name, index, shutdown, acct, stats, emit }
     }
 
     pub fn stopping(&self) -> bool {
@@ -178,13 +169,7 @@ impl<'a> SourceCtx<'a> {
     }
 
     /// A new frame of this stream, with its accounting ticket.
-    pub fn new_frame(
-        &self,
-        seq: u64,
-        pts: Option<i64>,
-        time_base: (i32, i32),
-        image: Option<Arc<Image>>,
-    ) -> Frame {
+    pub fn new_frame(&self, seq: u64, pts: Option<i64>, time_base: (i32, i32), image: Option<Arc<Image>>) -> Frame {
         Frame {
             stream: self.name.clone(),
             stream_index: self.index,
@@ -247,22 +232,8 @@ impl Pipeline {
                 body,
             })
             .collect();
-        let queues = cfg
-            .nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.queue.map_or(8, |q| q.capacity.get()),
-                    n.queue.and_then(|q| q.when_full),
-                )
-            })
-            .collect();
-        Pipeline {
-            name: cfg.name(),
-            nodes,
-            graph,
-            queues,
-        }
+        let queues = cfg.nodes.iter().map(|n| (n.queue.map_or(8, |q| q.capacity.get()), n.queue.and_then(|q| q.when_full))).collect();
+        Pipeline { name: cfg.name(), nodes, graph, queues }
     }
 
     /// Frames the sources expect to produce, if all of them know.
@@ -303,25 +274,16 @@ impl Pipeline {
     ) -> RunReport {
         let started = Instant::now();
         let n = self.nodes.len();
-        let stats: Vec<Arc<NodeStats>> = self
-            .nodes
-            .iter()
-            .map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role)))
-            .collect();
+        let stats: Vec<Arc<NodeStats>> = self.nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
         // One channel per consumer; all its producers share it (fan-in).
-        let mut channels: Vec<Option<(Sender<Frame>, Receiver<Frame>, WhenFull)>> =
-            Vec::with_capacity(n);
+        let mut channels: Vec<Option<(Sender<Frame>, Receiver<Frame>, WhenFull)>> = Vec::with_capacity(n);
         for i in 0..n {
             if self.graph.producers[i].is_empty() {
                 channels.push(None);
                 continue;
             }
             let (cap, when_full) = self.queues[i];
-            let when_full = when_full.unwrap_or(if self.live_upstream(i) {
-                WhenFull::DropOldest
-            } else {
-                WhenFull::Block
-            });
+            let when_full = when_full.unwrap_or(if self.live_upstream(i) { WhenFull::DropOldest } else { WhenFull::Block });
             let (tx, rx) = bounded(cap);
             stats[i].set_capacity(cap);
             channels.push(Some((tx, rx, when_full)));
@@ -330,18 +292,10 @@ impl Pipeline {
         for (i, cons) in self.graph.consumers.iter().enumerate() {
             for &c in cons {
                 let (tx, rx, wf) = channels[c].as_ref().expect("consumer has a channel");
-                outputs[i].edges.push(Edge {
-                    tx: tx.clone(),
-                    rx: rx.clone(),
-                    when_full: *wf,
-                    to: stats[c].clone(),
-                });
+                outputs[i].edges.push(Edge { tx: tx.clone(), rx: rx.clone(), when_full: *wf, to: stats[c].clone() });
             }
         }
-        let mut inputs: Vec<Option<Receiver<Frame>>> = channels
-            .into_iter()
-            .map(|c| c.map(|(_, rx, _)| rx))
-            .collect();
+        let mut inputs: Vec<Option<Receiver<Frame>>> = channels.into_iter().map(|c| c.map(|(_, rx, _)| rx)).collect();
         let source_errors = Arc::new(Mutex::new(Vec::new()));
 
         let mut handles = Vec::new();
@@ -378,19 +332,13 @@ impl Pipeline {
             wall,
             shutdown.signal(),
             shutdown.fatal(),
-            source_errors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            source_errors.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         )
     }
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".into())
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -404,13 +352,7 @@ fn run_node(
     acct: Arc<Accounting>,
     errs: Arc<Mutex<Vec<String>>>,
 ) {
-    let Node {
-        name,
-        body,
-        on_error,
-        role,
-        ..
-    } = node;
+    let Node { name, body, on_error, role, .. } = node;
     match body {
         Body::Source(mut src) => {
             let t0 = Instant::now();
@@ -453,11 +395,7 @@ fn run_node(
                         frame.ticket.failed();
                         let n = st.failed.fetch_add(1, Ordering::Relaxed) + 1;
                         if n.is_power_of_two() {
-                            tracing::warn!(
-                                "stage `{name}`: stream `{}` frame {}: {e} (skipped; {n} so far)",
-                                frame.stream,
-                                frame.seq
-                            );
+                            tracing::warn!("stage `{name}`: stream `{}` frame {}: {e} (skipped; {n} so far)", frame.stream, frame.seq);
                         }
                         continue;
                     }
@@ -466,10 +404,7 @@ fn run_node(
                 };
                 frame.ticket.failed();
                 st.failed.fetch_add(1, Ordering::Relaxed);
-                sd.fail(format!(
-                    "stage `{name}` failed on stream `{}` frame {}: {err}",
-                    frame.stream, frame.seq
-                ));
+                sd.fail(format!("stage `{name}` failed on stream `{}` frame {}: {err}", frame.stream, frame.seq));
                 dead = true;
             }
         }
@@ -494,37 +429,23 @@ fn run_node(
                     Ok(Err(StageError::Frame(e))) if on_error == OnError::Skip => {
                         frame.ticket.failed();
                         st.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(
-                            "sink `{name}`: stream `{}` frame {}: {e} (skipped)",
-                            frame.stream,
-                            frame.seq
-                        );
+                        tracing::warn!("sink `{name}`: stream `{}` frame {}: {e} (skipped)", frame.stream, frame.seq);
                     }
                     Ok(Err(e)) => {
                         frame.ticket.failed();
                         st.failed.fetch_add(1, Ordering::Relaxed);
-                        sd.fail(format!(
-                            "sink `{name}` failed on stream `{}` frame {}: {e}",
-                            frame.stream, frame.seq
-                        ));
+                        sd.fail(format!("sink `{name}` failed on stream `{}` frame {}: {e}", frame.stream, frame.seq));
                         dead = true;
                     }
                     Err(p) => {
                         frame.ticket.failed();
                         st.failed.fetch_add(1, Ordering::Relaxed);
-                        sd.fail(format!(
-                            "sink `{name}` panicked on stream `{}` frame {}: {}",
-                            frame.stream,
-                            frame.seq,
-                            panic_message(p)
-                        ));
+                        sd.fail(format!("sink `{name}` panicked on stream `{}` frame {}: {}", frame.stream, frame.seq, panic_message(p)));
                         dead = true;
                     }
                 }
             }
-            if let Err(e) = catch_unwind(AssertUnwindSafe(|| sink.finish()))
-                .unwrap_or_else(|p| Err(panic_message(p)))
-            {
+            if let Err(e) = catch_unwind(AssertUnwindSafe(|| sink.finish())).unwrap_or_else(|p| Err(panic_message(p))) {
                 sd.fail(format!("sink `{name}`: {e}"));
             }
         }

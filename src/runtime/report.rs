@@ -86,11 +86,7 @@ impl RunReport {
             .iter()
             .map(|s| {
                 let out = s.frames_out.load(Ordering::Relaxed);
-                let e2e = s
-                    .end_to_end
-                    .lock()
-                    .map(|h| Latency::of(&h))
-                    .unwrap_or_default();
+                let e2e = s.end_to_end.lock().map(|h| Latency::of(&h)).unwrap_or_default();
                 NodeReport {
                     name: s.name.clone(),
                     kind: s.kind.to_string(),
@@ -104,24 +100,12 @@ impl RunReport {
                     busy: (s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9 / secs).min(1.0),
                     queue_capacity: s.capacity.load(Ordering::Relaxed),
                     queue_max_depth: s.max_depth.load(Ordering::Relaxed),
-                    latency_ms: s
-                        .service
-                        .lock()
-                        .map(|h| Latency::of(&h))
-                        .unwrap_or_default(),
+                    latency_ms: s.service.lock().map(|h| Latency::of(&h)).unwrap_or_default(),
                     end_to_end_ms: (e2e.count > 0).then_some(e2e),
                 }
             })
             .collect();
-        RunReport {
-            pipeline,
-            wall_seconds: secs,
-            nodes,
-            frames,
-            interrupted_by_signal: signal,
-            fatal,
-            source_errors,
-        }
+        RunReport { pipeline, wall_seconds: secs, nodes, frames, interrupted_by_signal: signal, fatal, source_errors }
     }
 
     /// Frames per second through the whole pipeline (settled frames / wall time).
@@ -132,18 +116,11 @@ impl RunReport {
     /// The accounting line: decoded = processed + dropped + failed.
     pub fn accounting_line(&self) -> String {
         let c = &self.frames;
-        let mut s = format!(
-            "frames: decoded {} = processed {} + dropped {} + failed {}",
-            c.decoded, c.processed, c.dropped, c.failed
-        );
+        let mut s = format!("frames: decoded {} = processed {} + dropped {} + failed {}", c.decoded, c.processed, c.dropped, c.failed);
         if c.balanced() {
             s.push_str("  (all accounted for)");
         } else {
-            let _ = write!(
-                s,
-                "  MISMATCH: {} frame(s) unaccounted for",
-                c.decoded as i64 - (c.processed + c.dropped + c.failed) as i64
-            );
+            let _ = write!(s, "  MISMATCH: {} frame(s) unaccounted for", c.decoded as i64 - (c.processed + c.dropped + c.failed) as i64);
         }
         s
     }
@@ -151,27 +128,11 @@ impl RunReport {
     /// The human summary table.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let w = self
-            .nodes
-            .iter()
-            .map(|n| n.name.len())
-            .max()
-            .unwrap_or(4)
-            .max(4);
+        let w = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
         let _ = writeln!(
             s,
             "{:<w$}  {:<14} {:>7} {:>7} {:>7} {:>6} {:>8} {:>5}  {:>8} {:>8} {:>8}",
-            "node",
-            "kind",
-            "in",
-            "out",
-            "dropped",
-            "failed",
-            "fps",
-            "busy",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms"
+            "node", "kind", "in", "out", "dropped", "failed", "fps", "busy", "p50 ms", "p95 ms", "p99 ms"
         );
         for n in &self.nodes {
             let l = n.end_to_end_ms.unwrap_or(n.latency_ms);
@@ -180,11 +141,7 @@ impl RunReport {
                 "{:<w$}  {:<14} {:>7} {:>7} {:>7} {:>6} {:>8.1} {:>4.0}%  {:>8.2} {:>8.2} {:>8.2}{}",
                 n.name,
                 n.kind,
-                if n.role == "source" {
-                    "-".to_string()
-                } else {
-                    n.frames_in.to_string()
-                },
+                if n.role == "source" { "-".to_string() } else { n.frames_in.to_string() },
                 n.frames_out,
                 n.dropped,
                 n.failed,
@@ -193,20 +150,11 @@ impl RunReport {
                 l.p50,
                 l.p95,
                 l.p99,
-                if n.end_to_end_ms.is_some() {
-                    "  (end to end)"
-                } else {
-                    ""
-                }
+                if n.end_to_end_ms.is_some() { "  (end to end)" } else { "" }
             );
         }
         let _ = writeln!(s, "{}", self.accounting_line());
-        let _ = write!(
-            s,
-            "wall {:.2} s, {:.2} frames/s through the pipeline",
-            self.wall_seconds,
-            self.fps()
-        );
+        let _ = write!(s, "wall {:.2} s, {:.2} frames/s through the pipeline", self.wall_seconds, self.fps());
         s
     }
 }

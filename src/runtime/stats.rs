@@ -66,8 +66,7 @@ impl NodeStats {
     }
 
     pub fn add_busy(&self, d: Duration) {
-        self.busy_ns
-            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.busy_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// One frame handled in `service`; sinks also pass the end-to-end latency.

@@ -22,9 +22,7 @@ pub struct Infer {
 
 /// Cores on this machine.
 pub fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 impl Infer {
@@ -40,7 +38,9 @@ impl Infer {
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.model)?;
         if !path.exists() {
-            return Err(cfg.diag(c.model.span(), format!("model file not found: {}", path.display())).with_help("run scripts/fetch-models.sh, or fix the path (relative paths start at the pipeline file's folder)"));
+            return Err(cfg
+                .diag(c.model.span(), format!("model file not found: {}", path.display()))
+                .with_help("run scripts/fetch-models.sh, or fix the path (relative paths start at the pipeline file's folder)"));
         }
         let intra_threads = c.intra_threads.unwrap_or_else(cores);
         let opts = SessionOptions {
@@ -50,9 +50,7 @@ impl Infer {
             spinning: c.spinning,
         };
         let m = open_session(rt, &path, &opts).map_err(|e| {
-            let span = if matches!(e, crate::backend::ort::OrtError::Required { .. })
-                && c.providers.span() != (0..0)
-            {
+            let span = if matches!(e, crate::backend::ort::OrtError::Required { .. }) && c.providers.span() != (0..0) {
                 c.providers.span()
             } else {
                 c.model.span()
@@ -63,53 +61,24 @@ impl Infer {
             Some(n) if m.inputs.iter().any(|i| &i.name == n.get_ref()) => n.get_ref().clone(),
             Some(n) => {
                 let names: Vec<_> = m.inputs.iter().map(|i| format!("`{}`", i.name)).collect();
-                return Err(cfg.diag(
-                    n.span(),
-                    format!(
-                        "model has no input `{}`; its inputs are {}",
-                        n.get_ref(),
-                        names.join(", ")
-                    ),
-                ));
+                return Err(cfg.diag(n.span(), format!("model has no input `{}`; its inputs are {}", n.get_ref(), names.join(", "))));
             }
-            None => m
-                .inputs
-                .first()
-                .map(|i| i.name.clone())
-                .ok_or_else(|| cfg.diag(c.model.span(), "model has no inputs"))?,
+            None => m.inputs.first().map(|i| i.name.clone()).ok_or_else(|| cfg.diag(c.model.span(), "model has no inputs"))?,
         };
         let output_names: Vec<String> = m.outputs.iter().map(|o| o.name.clone()).collect();
         let pools = output_names.iter().map(|_| Pool::new(pool_size)).collect();
         for (p, why) in &m.fallbacks {
-            tracing::warn!(
-                "stage `{name}`: provider `{p}` unavailable ({why}); using `{}`",
-                m.provider
-            );
+            tracing::warn!("stage `{name}`: provider `{p}` unavailable ({why}); using `{}`", m.provider);
         }
-        let mut stage = Infer {
-            name,
-            model: path.display().to_string(),
-            m,
-            input,
-            output_names,
-            pools,
-            intra_threads,
-        };
+        let mut stage = Infer { name, model: path.display().to_string(), m, input, output_names, pools, intra_threads };
         if c.warmup {
             if let Some(shape) = warm_shape {
                 let t0 = Instant::now();
                 let zeros = vec![0f32; shape.iter().product()];
-                stage.run(&shape, &zeros).map_err(|e| {
-                    cfg.diag(
-                        c.model.span(),
-                        format!("stage `{}`: warm-up run failed: {e}", stage.name),
-                    )
-                })?;
-                tracing::info!(
-                    "stage `{}`: warm-up {:.0} ms",
-                    stage.name,
-                    t0.elapsed().as_secs_f64() * 1e3
-                );
+                stage
+                    .run(&shape, &zeros)
+                    .map_err(|e| cfg.diag(c.model.span(), format!("stage `{}`: warm-up run failed: {e}", stage.name)))?;
+                tracing::info!("stage `{}`: warm-up {:.0} ms", stage.name, t0.elapsed().as_secs_f64() * 1e3);
             }
         }
         Ok(stage)
@@ -126,30 +95,15 @@ impl Infer {
     }
 
     fn run(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
-        let input =
-            TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
-        let outputs = self
-            .m
-            .session
-            .run(ort::inputs![self.input.as_str() => input])
-            .map_err(|e| e.to_string())?;
+        let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
+        let outputs = self.m.session.run(ort::inputs![self.input.as_str() => input]).map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(self.output_names.len());
         for (name, pool) in self.output_names.iter().zip(&self.pools) {
-            let v = outputs
-                .get(name)
-                .ok_or_else(|| format!("model produced no output `{name}`"))?;
-            let (s, d) = v
-                .try_extract_tensor::<f32>()
-                .map_err(|e| format!("output `{name}`: {e}"))?;
+            let v = outputs.get(name).ok_or_else(|| format!("model produced no output `{name}`"))?;
+            let (s, d) = v.try_extract_tensor::<f32>().map_err(|e| format!("output `{name}`: {e}"))?;
             let mut buf = pool.get(d.len());
             buf.copy_from_slice(d);
-            out.push((
-                name.clone(),
-                Tensor {
-                    shape: s.iter().map(|&x| x.max(0) as usize).collect(),
-                    data: buf,
-                },
-            ));
+            out.push((name.clone(), Tensor { shape: s.iter().map(|&x| x.max(0) as usize).collect(), data: buf }));
         }
         Ok(out)
     }
@@ -174,22 +128,11 @@ impl Stage for Infer {
             .rev()
             .find(|a| matches!(&*a.payload, Payload::Input(_)))
             .map(|a| Arc::clone(&a.payload))
-            .ok_or_else(|| {
-                StageError::Frame(
-                    "no model input on the frame (is a preprocess stage upstream?)".into(),
-                )
-            })?;
-        let Payload::Input(mi) = &*payload else {
-            unreachable!("matched above")
-        };
+            .ok_or_else(|| StageError::Frame("no model input on the frame (is a preprocess stage upstream?)".into()))?;
+        let Payload::Input(mi) = &*payload else { unreachable!("matched above") };
         let letterbox = mi.letterbox;
-        let outputs = self
-            .run(&mi.tensor.shape, &mi.tensor.data)
-            .map_err(StageError::Frame)?;
-        frame.attach(
-            &self.name,
-            Payload::Outputs(ModelOutputs { outputs, letterbox }),
-        );
+        let outputs = self.run(&mi.tensor.shape, &mi.tensor.data).map_err(StageError::Frame)?;
+        frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
         Ok(())
     }
 }

@@ -79,10 +79,7 @@ pub struct BuildOptions {
 }
 
 /// Load ONNX Runtime as the config and options say.
-pub fn ort_runtime(
-    cfg: &PipelineConfig,
-    opts: &BuildOptions,
-) -> Result<&'static OrtRuntime, Diagnostic> {
+pub fn ort_runtime(cfg: &PipelineConfig, opts: &BuildOptions) -> Result<&'static OrtRuntime, Diagnostic> {
     let toml_lib = match &cfg.settings.ort_library {
         Some(s) => Some((cfg.resolve_path(s)?, s.span())),
         None => None,
@@ -105,19 +102,12 @@ pub fn ort_runtime(
 pub type ModelIo = HashMap<String, (Vec<IoInfo>, Vec<IoInfo>)>;
 
 /// Build every node. All errors are collected.
-pub fn build(
-    cfg: &PipelineConfig,
-    graph: &Graph,
-    opts: &BuildOptions,
-) -> Result<(Vec<Body>, ModelIo), Diagnostics> {
+pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result<(Vec<Body>, ModelIo), Diagnostics> {
     let mut diags = Diagnostics::default();
     let mut bodies = Vec::new();
     let mut models = ModelIo::new();
     let pool_size = graph.buffers_in_flight();
-    let needs_ort = cfg
-        .nodes
-        .iter()
-        .any(|n| matches!(n.kind, NodeKind::Infer(_)));
+    let needs_ort = cfg.nodes.iter().any(|n| matches!(n.kind, NodeKind::Infer(_)));
     let rt = if needs_ort {
         match ort_runtime(cfg, opts) {
             Ok(rt) => Some(rt),
@@ -133,32 +123,22 @@ pub fn build(
         let name: Arc<str> = Arc::from(node.name.as_str());
         let body = match &node.kind {
             NodeKind::File(c) => {
-                sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames)
-                    .map(|s| Body::Source(Box::new(s)))
+                sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
-            NodeKind::Preprocess(c) => Ok(Body::Stage(Box::new(preprocess::Preprocess::new(
-                name, c, pool_size,
-            )))),
+            NodeKind::Preprocess(c) => Ok(Body::Stage(Box::new(preprocess::Preprocess::new(name, c, pool_size)))),
             NodeKind::Infer(c) => match rt {
                 Some(rt) => {
                     let warm = graph.preprocess_shape(cfg, i);
                     infer::Infer::build(cfg, name, c, rt, warm, pool_size).map(|s| {
-                        models.insert(
-                            node.name.clone(),
-                            (s.inputs().to_vec(), s.outputs().to_vec()),
-                        );
+                        models.insert(node.name.clone(), (s.inputs().to_vec(), s.outputs().to_vec()));
                         Body::Stage(Box::new(s))
                     })
                 }
                 None => continue,
             },
-            NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(
-                postprocess::db::TextDetection::new(name, c.clone()),
-            ))),
+            NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(postprocess::db::TextDetection::new(name, c.clone())))),
             _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
-            NodeKind::Ndjson(c) => {
-                sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s)))
-            }
+            NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
         };
         match body {

@@ -28,11 +28,7 @@ impl NormTable {
                 lut[c][v] = (v as f32 * scale - mean[c]) / std[c];
             }
         }
-        let pad = [
-            lut[0][pad_value as usize],
-            lut[1][pad_value as usize],
-            lut[2][pad_value as usize],
-        ];
+        let pad = [lut[0][pad_value as usize], lut[1][pad_value as usize], lut[2][pad_value as usize]];
         NormTable { lut, pad }
     }
 }
@@ -51,11 +47,7 @@ pub fn normalize_into(src: &[u8], lb: &Letterbox, t: &NormTable, layout: Layout,
             let plane = dw * dh;
             let (p0, rest) = out.split_at_mut(plane);
             let (p1, p2) = rest.split_at_mut(plane);
-            for (p, pad) in [
-                (&mut *p0, t.pad[0]),
-                (&mut *p1, t.pad[1]),
-                (&mut *p2, t.pad[2]),
-            ] {
+            for (p, pad) in [(&mut *p0, t.pad[0]), (&mut *p1, t.pad[1]), (&mut *p2, t.pad[2])] {
                 fill_padding(p, dw, dh, px, py, nw, nh, 1, &[pad]);
             }
             for y in 0..nh {
@@ -87,17 +79,7 @@ pub fn normalize_into(src: &[u8], lb: &Letterbox, t: &NormTable, layout: Layout,
 
 /// Fill everything outside the `nw` × `nh` image at (`px`, `py`) with `pad` (`ch` values per pixel).
 #[allow(clippy::too_many_arguments)]
-fn fill_padding(
-    out: &mut [f32],
-    dw: usize,
-    dh: usize,
-    px: usize,
-    py: usize,
-    nw: usize,
-    nh: usize,
-    ch: usize,
-    pad: &[f32],
-) {
+fn fill_padding(out: &mut [f32], dw: usize, dh: usize, px: usize, py: usize, nw: usize, nh: usize, ch: usize, pad: &[f32]) {
     let fill = |s: &mut [f32]| {
         for p in s.chunks_exact_mut(ch) {
             p.copy_from_slice(pad);
@@ -138,10 +120,7 @@ impl Preprocess {
     }
 
     pub fn shape(&self) -> Vec<usize> {
-        let (w, h) = (
-            *self.cfg.width.get_ref() as usize,
-            *self.cfg.height.get_ref() as usize,
-        );
+        let (w, h) = (*self.cfg.width.get_ref() as usize, *self.cfg.height.get_ref() as usize);
         match self.cfg.layout {
             Layout::Nchw => vec![1, 3, h, w],
             Layout::Nhwc => vec![1, h, w, 3],
@@ -170,10 +149,7 @@ impl Stage for Preprocess {
     }
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
-        let img = frame
-            .image
-            .clone()
-            .ok_or_else(|| StageError::Frame("frame has no image".into()))?;
+        let img = frame.image.clone().ok_or_else(|| StageError::Frame("frame has no image".into()))?;
         let (w, h) = (*self.cfg.width.get_ref(), *self.cfg.height.get_ref());
         let lb = match self.cfg.resize {
             ResizeMode::Letterbox => Letterbox::fit(img.width, img.height, w, h),
@@ -183,44 +159,17 @@ impl Stage for Preprocess {
             ChannelOrder::Rgb => Pixel::RGB24,
             ChannelOrder::Bgr => Pixel::BGR24,
         };
-        if !self
-            .scaler
-            .as_ref()
-            .is_some_and(|s| s.fits(&img, lb.new_w, lb.new_h, fmt))
-        {
+        if !self.scaler.as_ref().is_some_and(|s| s.fits(&img, lb.new_w, lb.new_h, fmt)) {
             if self.scaler.is_some() {
-                tracing::info!(
-                    "{}: input changed to {}x{} {:?}; rebuilding the scaler",
-                    self.name,
-                    img.width,
-                    img.height,
-                    img.format
-                );
+                tracing::info!("{}: input changed to {}x{} {:?}; rebuilding the scaler", self.name, img.width, img.height, img.format);
             }
-            self.scaler = Some(
-                Scaler::new(&img, lb.new_w, lb.new_h, fmt, self.flags)
-                    .map_err(|e| StageError::Frame(e.to_string()))?,
-            );
+            self.scaler = Some(Scaler::new(&img, lb.new_w, lb.new_h, fmt, self.flags).map_err(|e| StageError::Frame(e.to_string()))?);
         }
-        self.rgb
-            .resize(lb.new_w as usize * lb.new_h as usize * 3, 0);
-        self.scaler
-            .as_mut()
-            .expect("set above")
-            .run(&img, &mut self.rgb)
-            .map_err(StageError::Frame)?;
+        self.rgb.resize(lb.new_w as usize * lb.new_h as usize * 3, 0);
+        self.scaler.as_mut().expect("set above").run(&img, &mut self.rgb).map_err(StageError::Frame)?;
         let mut data = self.pool.get(3 * w as usize * h as usize);
         normalize_into(&self.rgb, &lb, &self.table, self.cfg.layout, &mut data);
-        frame.attach(
-            &self.name,
-            Payload::Input(ModelInput {
-                tensor: Tensor {
-                    shape: self.shape(),
-                    data,
-                },
-                letterbox: lb,
-            }),
-        );
+        frame.attach(&self.name, Payload::Input(ModelInput { tensor: Tensor { shape: self.shape(), data }, letterbox: lb }));
         Ok(())
     }
 }
@@ -280,12 +229,7 @@ mod tests {
 
     #[test]
     fn table_matches_formula() {
-        let t = NormTable::new(
-            1.0 / 255.0,
-            [0.485, 0.456, 0.406],
-            [0.229, 0.224, 0.225],
-            114,
-        );
+        let t = NormTable::new(1.0 / 255.0, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 114);
         for v in [0usize, 1, 128, 255] {
             let want = (v as f32 / 255.0 - 0.456) / 0.224;
             assert!((t.lut[1][v] - want).abs() < 1e-6);

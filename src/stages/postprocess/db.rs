@@ -18,14 +18,7 @@ pub struct DbScratch {
 
 /// Find text boxes in a `w` × `h` probability map. Boxes come out in model
 /// pixels mapped through `lb` to source pixels, sorted top to bottom, left to right.
-pub fn detect(
-    prob: &[f32],
-    w: usize,
-    h: usize,
-    p: &TextDetectionConfig,
-    lb: &Letterbox,
-    s: &mut DbScratch,
-) -> Vec<TextBox> {
+pub fn detect(prob: &[f32], w: usize, h: usize, p: &TextDetectionConfig, lb: &Letterbox, s: &mut DbScratch) -> Vec<TextBox> {
     assert_eq!(prob.len(), w * h);
     s.labels.clear();
     s.labels.resize(w * h, 0);
@@ -49,16 +42,7 @@ pub fn detect(
             let i = i as usize;
             let (x, y) = (i % w, i / w);
             let mut boundary = x == 0 || y == 0 || x + 1 == w || y + 1 == h;
-            for (dx, dy) in [
-                (-1i32, -1i32),
-                (0, -1),
-                (1, -1),
-                (-1, 0),
-                (1, 0),
-                (-1, 1),
-                (0, 1),
-                (1, 1),
-            ] {
+            for (dx, dy) in [(-1i32, -1i32), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)] {
                 let (nx, ny) = (x as i32 + dx, y as i32 + dy);
                 if nx < 0 || ny < 0 || nx >= w as i32 || ny >= h as i32 {
                     continue;
@@ -110,15 +94,9 @@ pub fn detect(
         if x1 - x0 < 1.0 || y1 - y0 < 1.0 {
             continue; // entirely in the padding
         }
-        boxes.push(TextBox {
-            quad,
-            bbox: [x0, y0, x1, y1],
-            score,
-        });
+        boxes.push(TextBox { quad, bbox: [x0, y0, x1, y1], score });
     }
-    boxes.sort_by(|a, b| {
-        (a.bbox[1] as i32 / 10, a.bbox[0] as i32).cmp(&(b.bbox[1] as i32 / 10, b.bbox[0] as i32))
-    });
+    boxes.sort_by(|a, b| (a.bbox[1] as i32 / 10, a.bbox[0] as i32).cmp(&(b.bbox[1] as i32 / 10, b.bbox[0] as i32)));
     boxes
 }
 
@@ -151,37 +129,25 @@ pub struct TextDetection {
 
 impl TextDetection {
     pub fn new(name: Arc<str>, cfg: TextDetectionConfig) -> Self {
-        TextDetection {
-            name,
-            cfg,
-            scratch: DbScratch::default(),
-        }
+        TextDetection { name, cfg, scratch: DbScratch::default() }
     }
 }
 
 impl Stage for TextDetection {
     fn describe(&self) -> String {
         let c = &self.cfg;
-        format!(
-            "DB threshold {} box_threshold {} unclip_ratio {}",
-            c.threshold, c.box_threshold, c.unclip_ratio
-        )
+        format!("DB threshold {} box_threshold {} unclip_ratio {}", c.threshold, c.box_threshold, c.unclip_ratio)
     }
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
-        let out = frame.model_outputs().ok_or_else(|| {
-            StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into())
-        })?;
+        let out =
+            frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into()))?;
         let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());
-        let t = out.get(want).ok_or_else(|| {
-            StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0")))
-        })?;
+        let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
         let (h, w) = match t.shape.as_slice() {
             [1, 1, h, w] | [1, h, w] | [h, w] => (*h, *w),
             s => {
-                return Err(StageError::Frame(format!(
-                    "probability map must be [1, 1, H, W], got {s:?}"
-                )));
+                return Err(StageError::Frame(format!("probability map must be [1, 1, H, W], got {s:?}")));
             }
         };
         let boxes = detect(&t.data, w, h, &self.cfg, &out.letterbox, &mut self.scratch);
@@ -246,24 +212,13 @@ mod tests {
         let b = &boxes[0].bbox;
         let cy = (b[1] + b[3]) / 2.0;
         let cx = (b[0] + b[2]) / 2.0;
-        // Region centre in tensor: x 30.5 → source 61; y 31.5 → (31.5 - 16) * 2 = 31.
-        assert!(
-            (cx - 61.0).abs() < 1e-3 && (cy - 31.0).abs() < 1e-3,
-            "{b:?}"
-        );
+        // The region covers [10, 50) x [26, 36) in the tensor: centre (30, 31) → source (60, (31 - 16) * 2 = 30).
+        assert!((cx - 60.0).abs() < 1e-3 && (cy - 30.0).abs() < 1e-3, "{b:?}");
     }
 
     #[test]
     fn separate_regions_sorted_in_reading_order() {
-        let prob = map_with(
-            100,
-            60,
-            &[
-                (60, 5, 90, 15, 0.9),
-                (5, 5, 40, 15, 0.9),
-                (5, 35, 60, 50, 0.9),
-            ],
-        );
+        let prob = map_with(100, 60, &[(60, 5, 90, 15, 0.9), (5, 5, 40, 15, 0.9), (5, 35, 60, 50, 0.9)]);
         let lb = Letterbox::stretch(100, 60, 100, 60);
         let boxes = detect(&prob, 100, 60, &params(), &lb, &mut DbScratch::default());
         assert_eq!(boxes.len(), 3);
@@ -275,7 +230,7 @@ mod tests {
     fn diagonal_pixels_join_one_region() {
         let mut prob = vec![0.0f32; 20 * 20];
         for i in 2..18 {
-            for t in 0..4 {
+            for t in 0..8 {
                 prob[i * 20 + (i + t).min(19)] = 0.9;
             }
         }

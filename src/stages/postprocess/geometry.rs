@@ -51,11 +51,7 @@ impl RotatedRect {
 
     /// Grow by `d` on every side.
     pub fn grow(&self, d: f32) -> RotatedRect {
-        RotatedRect {
-            w: self.w + 2.0 * d,
-            h: self.h + 2.0 * d,
-            ..*self
-        }
+        RotatedRect { w: self.w + 2.0 * d, h: self.h + 2.0 * d, ..*self }
     }
 
     /// Corners clockwise on screen (y down), starting at the top-left one.
@@ -74,13 +70,8 @@ impl RotatedRect {
         if shoelace(&c) < 0.0 {
             c.swap(1, 3);
         }
-        let first = (0..4)
-            .min_by(|&a, &b| {
-                (c[a][0] + c[a][1])
-                    .total_cmp(&(c[b][0] + c[b][1]))
-                    .then(c[a][0].total_cmp(&c[b][0]))
-            })
-            .unwrap_or(0);
+        let first =
+            (0..4).min_by(|&a, &b| (c[a][0] + c[a][1]).total_cmp(&(c[b][0] + c[b][1])).then(c[a][0].total_cmp(&c[b][0]))).unwrap_or(0);
         c.rotate_left(first);
         c
     }
@@ -88,30 +79,17 @@ impl RotatedRect {
 
 fn shoelace(p: &[Pt]) -> f32 {
     let n = p.len();
-    (0..n)
-        .map(|i| p[i][0] * p[(i + 1) % n][1] - p[(i + 1) % n][0] * p[i][1])
-        .sum::<f32>()
-        / 2.0
+    (0..n).map(|i| p[i][0] * p[(i + 1) % n][1] - p[(i + 1) % n][0] * p[i][1]).sum::<f32>() / 2.0
 }
 
 /// Minimum-area enclosing rectangle of a convex hull (rotating calipers over hull edges).
 pub fn min_area_rect(hull: &[Pt]) -> RotatedRect {
     match hull.len() {
         0 => {
-            return RotatedRect {
-                center: [0.0, 0.0],
-                axis: [1.0, 0.0],
-                w: 0.0,
-                h: 0.0,
-            };
+            return RotatedRect { center: [0.0, 0.0], axis: [1.0, 0.0], w: 0.0, h: 0.0 };
         }
         1 => {
-            return RotatedRect {
-                center: hull[0],
-                axis: [1.0, 0.0],
-                w: 0.0,
-                h: 0.0,
-            };
+            return RotatedRect { center: hull[0], axis: [1.0, 0.0], w: 0.0, h: 0.0 };
         }
         _ => {}
     }
@@ -139,31 +117,13 @@ pub fn min_area_rect(hull: &[Pt]) -> RotatedRect {
         if best.as_ref().is_none_or(|(a, _)| area < *a) {
             let (cu, cv) = ((umin + umax) / 2.0, (vmin + vmax) / 2.0);
             let center = [cu * u[0] + cv * v[0], cu * u[1] + cv * v[1]];
-            best = Some((
-                area,
-                RotatedRect {
-                    center,
-                    axis: u,
-                    w: umax - umin,
-                    h: vmax - vmin,
-                },
-            ));
+            best = Some((area, RotatedRect { center, axis: u, w: umax - umin, h: vmax - vmin }));
         }
     }
-    let mut r = best.map(|(_, r)| r).unwrap_or(RotatedRect {
-        center: hull[0],
-        axis: [1.0, 0.0],
-        w: 0.0,
-        h: 0.0,
-    });
+    let mut r = best.map(|(_, r)| r).unwrap_or(RotatedRect { center: hull[0], axis: [1.0, 0.0], w: 0.0, h: 0.0 });
     // Prefer the long side along x-ish so `w` is the text direction.
     if r.h > r.w {
-        r = RotatedRect {
-            center: r.center,
-            axis: [-r.axis[1], r.axis[0]],
-            w: r.h,
-            h: r.w,
-        };
+        r = RotatedRect { center: r.center, axis: [-r.axis[1], r.axis[0]], w: r.h, h: r.w };
     }
     if r.axis[0] < 0.0 {
         r.axis = [-r.axis[0], -r.axis[1]];
@@ -194,14 +154,7 @@ mod tests {
 
     #[test]
     fn hull_of_square_with_inner_points() {
-        let mut pts = vec![
-            [0.0, 0.0],
-            [2.0, 0.0],
-            [2.0, 2.0],
-            [0.0, 2.0],
-            [1.0, 1.0],
-            [1.0, 0.0],
-        ];
+        let mut pts = vec![[0.0, 0.0], [2.0, 0.0], [2.0, 2.0], [0.0, 2.0], [1.0, 1.0], [1.0, 0.0]];
         let h = convex_hull(&mut pts);
         assert_eq!(h.len(), 4);
         assert!(!h.contains(&[1.0, 1.0]) && !h.contains(&[1.0, 0.0]));
@@ -209,18 +162,9 @@ mod tests {
 
     #[test]
     fn axis_aligned_rect() {
-        let mut pts = vec![
-            [10.0, 5.0],
-            [30.0, 5.0],
-            [30.0, 9.0],
-            [10.0, 9.0],
-            [20.0, 7.0],
-        ];
+        let mut pts = vec![[10.0, 5.0], [30.0, 5.0], [30.0, 9.0], [10.0, 9.0], [20.0, 7.0]];
         let r = min_area_rect(&convex_hull(&mut pts));
-        assert!(
-            (r.w - 20.0).abs() < 1e-4 && (r.h - 4.0).abs() < 1e-4,
-            "{r:?}"
-        );
+        assert!((r.w - 20.0).abs() < 1e-4 && (r.h - 4.0).abs() < 1e-4, "{r:?}");
         assert!((r.center[0] - 20.0).abs() < 1e-4 && (r.center[1] - 7.0).abs() < 1e-4);
         let c = r.corners();
         assert_eq!(c[0], [10.0, 5.0]);
@@ -234,30 +178,15 @@ mod tests {
         // A 10x2 rectangle rotated by 30 degrees.
         let (s, c) = (30f32.to_radians().sin(), 30f32.to_radians().cos());
         let rot = |x: f32, y: f32| [x * c - y * s + 50.0, x * s + y * c + 50.0];
-        let mut pts = vec![
-            rot(-5.0, -1.0),
-            rot(5.0, -1.0),
-            rot(5.0, 1.0),
-            rot(-5.0, 1.0),
-            rot(0.0, 0.0),
-        ];
+        let mut pts = vec![rot(-5.0, -1.0), rot(5.0, -1.0), rot(5.0, 1.0), rot(-5.0, 1.0), rot(0.0, 0.0)];
         let r = min_area_rect(&convex_hull(&mut pts));
-        assert!(
-            (r.w - 10.0).abs() < 1e-3 && (r.h - 2.0).abs() < 1e-3,
-            "{r:?}"
-        );
+        assert!((r.w - 10.0).abs() < 1e-3 && (r.h - 2.0).abs() < 1e-3, "{r:?}");
         assert!((r.axis[1] / r.axis[0] - 30f32.to_radians().tan()).abs() < 1e-3);
     }
 
     #[test]
     fn grow_and_contains() {
-        let r = RotatedRect {
-            center: [5.0, 5.0],
-            axis: [1.0, 0.0],
-            w: 4.0,
-            h: 2.0,
-        }
-        .grow(1.0);
+        let r = RotatedRect { center: [5.0, 5.0], axis: [1.0, 0.0], w: 4.0, h: 2.0 }.grow(1.0);
         assert_eq!((r.w, r.h), (6.0, 4.0));
         let q = r.corners();
         assert!(in_convex(&q, [2.0, 3.0]));

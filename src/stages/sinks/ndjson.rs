@@ -34,12 +34,8 @@ impl NdjsonSink {
             Out::Stdout(std::io::stdout())
         } else {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    cfg.diag(
-                        c.path.span(),
-                        format!("cannot create folder {}: {e}", dir.display()),
-                    )
-                })?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| cfg.diag(c.path.span(), format!("cannot create folder {}: {e}", dir.display())))?;
             }
             let f = OpenOptions::new()
                 .create(true)
@@ -47,20 +43,10 @@ impl NdjsonSink {
                 .append(c.append)
                 .truncate(!c.append)
                 .open(&path)
-                .map_err(|e| {
-                    cfg.diag(
-                        c.path.span(),
-                        format!("cannot open {} for writing: {e}", path.display()),
-                    )
-                })?;
+                .map_err(|e| cfg.diag(c.path.span(), format!("cannot open {} for writing: {e}", path.display())))?;
             Out::File(f)
         };
-        Ok(NdjsonSink {
-            out,
-            path,
-            line: Vec::with_capacity(4096),
-            lines: 0,
-        })
+        Ok(NdjsonSink { out, path, line: Vec::with_capacity(4096), lines: 0 })
     }
 }
 
@@ -95,8 +81,7 @@ impl Sink for NdjsonSink {
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
         self.line.clear();
-        serde_json::to_writer(&mut self.line, &frame_json(frame))
-            .map_err(|e| StageError::Frame(e.to_string()))?;
+        serde_json::to_writer(&mut self.line, &frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
         self.line.push(b'\n');
         let r = match &mut self.out {
             Out::File(f) => f.write_all(&self.line),

@@ -33,21 +33,12 @@ impl FileSource {
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
         })?;
         let uri = c.uri.get_ref();
-        let live = is_url(uri)
-            && ["rtsp", "rtsps", "rtmp", "udp", "srt", "rtp"]
-                .iter()
-                .any(|s| uri.starts_with(&format!("{s}://")));
+        let live = is_url(uri) && ["rtsp", "rtsps", "rtmp", "udp", "srt", "rtp"].iter().any(|s| uri.starts_with(&format!("{s}://")));
         let max_frames = match (c.max_frames, max_frames) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ok(FileSource {
-            path,
-            decoder,
-            pool: Pool::new(pool_size),
-            max_frames,
-            live,
-        })
+        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live })
     }
 }
 
@@ -102,10 +93,7 @@ impl Source for FileSource {
         }
         let corrupt = self.decoder.corrupt_packets;
         if corrupt > 0 || bad_frames > 0 {
-            tracing::warn!(
-                "{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped",
-                self.path.display()
-            );
+            tracing::warn!("{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped", self.path.display());
         }
         ctx.note_decode_errors(corrupt + bad_frames);
         Ok(())
