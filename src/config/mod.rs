@@ -226,8 +226,14 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
     let mut diags = Diagnostics::default();
-    let mut cfg =
-        PipelineConfig { file: path.to_path_buf(), base_dir, source: String::new(), settings: Settings::default(), nodes: Vec::new(), failed: Vec::new() };
+    let mut cfg = PipelineConfig {
+        file: path.to_path_buf(),
+        base_dir,
+        source: String::new(),
+        settings: Settings::default(),
+        nodes: Vec::new(),
+        failed: Vec::new(),
+    };
 
     let (root, syntax) = DeTable::parse_recoverable(&source);
     for e in syntax {
@@ -401,14 +407,16 @@ fn deserialize_all_errors<'i, T>(
                     return None;
                 }
                 let d = toml_diag(path, src, &e, Some(COMMON_KEYS));
-                if let Some(suggested) = d.help.as_deref().and_then(|h| h.strip_prefix("did you mean `")).and_then(|h| h.split('`').next()) {
+                if let Some(suggested) = d.help.as_deref().and_then(|h| h.strip_prefix("did you mean `")).and_then(|h| h.split('`').next())
+                {
                     removed.push(suggested.to_string());
                 }
                 diags.push(d);
                 let at = e.span()?;
                 let key = table.iter().find(|(k, v)| {
                     let (ks, vs) = (k.span(), v.span());
-                    (ks.start <= at.start && at.start < ks.end.max(ks.start + 1)) || (vs.start <= at.start && at.end <= vs.end.max(vs.start + 1))
+                    (ks.start <= at.start && at.start < ks.end.max(ks.start + 1))
+                        || (vs.start <= at.start && at.end <= vs.end.max(vs.start + 1))
                 });
                 let key = key.map(|(k, _)| k.clone())?;
                 removed.push(key.get_ref().to_string());

@@ -49,7 +49,8 @@ fn typo_in_a_key_is_located_with_a_suggestion() {
 
 #[test]
 fn every_bad_key_of_one_node_is_reported() {
-    let src = format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = 42\nintra_threads = \"two\"\nspinnig = true\n{SINK}");
+    let src =
+        format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = 42\nintra_threads = \"two\"\nspinnig = true\n{SINK}");
     assert_eq!(
         headlines(&src),
         vec![
@@ -89,7 +90,10 @@ fn sources_take_no_inputs_and_sinks_need_them() {
 
 #[test]
 fn unknown_section_and_syntax_error() {
-    assert_eq!(headlines(&format!("{SOURCE}{SINK}[stage.x]\nkind = \"infer\"\n")), vec!["p.toml:7:2: unknown section `stage`, expected one of `pipeline`, `sources`, `stages`, `sinks`"]);
+    assert_eq!(
+        headlines(&format!("{SOURCE}{SINK}[stage.x]\nkind = \"infer\"\n")),
+        vec!["p.toml:7:2: unknown section `stage`, expected one of `pipeline`, `sources`, `stages`, `sinks`"]
+    );
     let e = headlines("[sources.cam\nkind = 1\n");
     assert_eq!(e.len(), 1);
     assert!(e[0].starts_with("p.toml:1:"), "{e:?}");
@@ -97,7 +101,8 @@ fn unknown_section_and_syntax_error() {
 
 #[test]
 fn queue_settings() {
-    let src = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\nqueue = {{ capacity = 2, when_full = \"drop_oldest\" }}\n");
+    let src =
+        format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\nqueue = {{ capacity = 2, when_full = \"drop_oldest\" }}\n");
     let cfg = parse(Path::new("p.toml"), src).unwrap();
     let q = cfg.nodes[1].queue.unwrap();
     assert_eq!((q.capacity.get(), q.when_full), (2, Some(WhenFull::DropOldest)));
@@ -127,7 +132,8 @@ fn env_vars_expand_and_unset_ones_are_errors() {
     let cfg = parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"/media/${INFER_STREAM_TEST_CAM}\"\n".into()).unwrap();
     let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };
     assert_eq!(cfg.resolve_path(&f.uri).unwrap(), Path::new("/media/cam1.mp4"));
-    let cfg = parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"rtsp://u:${INFER_STREAM_TEST_UNSET}@h/x\"\n".into()).unwrap();
+    let cfg =
+        parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"rtsp://u:${INFER_STREAM_TEST_UNSET}@h/x\"\n".into()).unwrap();
     let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };
     let d = cfg.resolve_path(&f.uri).unwrap_err();
     assert_eq!(d.headline(), "p.toml:3:7: environment variable `INFER_STREAM_TEST_UNSET` is not set");
@@ -153,7 +159,9 @@ fn cycle_is_reported_as_a_chain() {
 
 #[test]
 fn type_mismatch_names_both_ends() {
-    let src = format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\n[sinks.out]\nkind = \"null\"\ninputs = [\"det\"]\n");
+    let src = format!(
+        "{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\n[sinks.out]\nkind = \"null\"\ninputs = [\"det\"]\n"
+    );
     let e = errors(&src);
     assert_eq!(e[0].0, "p.toml:6:11: type mismatch: stage `det` (infer) takes model input tensors, but `cam` (file) produces video frames");
     assert_eq!(e[0].1.as_deref(), Some("put a `preprocess` stage in between and name it in `inputs`"));
@@ -170,12 +178,17 @@ fn duplicate_names_and_sinks_as_inputs() {
 
 #[test]
 fn empty_pipeline_needs_sources_and_sinks() {
-    assert_eq!(headlines("[pipeline]\nname = \"x\"\n"), vec!["p.toml:1:1: the pipeline has no sources", "p.toml:1:1: the pipeline has no sinks"]);
+    assert_eq!(
+        headlines("[pipeline]\nname = \"x\"\n"),
+        vec!["p.toml:1:1: the pipeline has no sources", "p.toml:1:1: the pipeline has no sinks"]
+    );
 }
 
 #[test]
 fn graph_errors_show_alongside_config_errors() {
-    let src = format!("{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = \"x\"\nheight = 4\n[sinks.out]\nkind = \"null\"\ninputs = [\"pree\", \"pre\"]\n");
+    let src = format!(
+        "{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = \"x\"\nheight = 4\n[sinks.out]\nkind = \"null\"\ninputs = [\"pree\", \"pre\"]\n"
+    );
     let e = headlines(&src);
     assert_eq!(e, vec!["p.toml:7:9: invalid type: string \"x\", expected u32", "p.toml:11:11: sink `out` names unknown input `pree`"]);
 }

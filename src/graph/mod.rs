@@ -122,7 +122,14 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             }
             let Some(&p) = index.get(name) else {
                 let mut d = cfg.diag(input.span(), format!("{} `{}` names unknown input `{name}`", node.role.noun(), node.name));
-                d = match diag::closest(name, cfg.nodes.iter().filter(|m| m.role != Role::Sink).map(|m| m.name.as_str()).chain(cfg.failed.iter().filter(|f| f.1 != Role::Sink).map(|f| f.0.as_str()))) {
+                d = match diag::closest(
+                    name,
+                    cfg.nodes
+                        .iter()
+                        .filter(|m| m.role != Role::Sink)
+                        .map(|m| m.name.as_str())
+                        .chain(cfg.failed.iter().filter(|f| f.1 != Role::Sink).map(|f| f.0.as_str())),
+                ) {
                     Some(c) => d.with_help(format!("did you mean `{c}`?")),
                     None => d.with_help("inputs name sources or stages defined in this file"),
                 };
@@ -392,11 +399,7 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                             None => continue,
                         },
                     };
-                    let ok = match out.dims.as_slice() {
-                        [_, c1, _, _] => *c1 == 1 || *c1 < 0,
-                        [_, _, _] => true,
-                        _ => false,
-                    };
+                    let ok = matches!(out.dims.as_slice(), [_, c1, _, _] if *c1 == 1 || *c1 < 0);
                     if !ok {
                         diags.push(
                             cfg.diag(
@@ -483,5 +486,61 @@ mod tests {
         let pos = |x| c.iter().position(|&v| v == x).unwrap();
         assert_eq!((pos(2) + 3 - pos(1)) % 3, 1, "1 flows into 2: {c:?}");
         assert_eq!((pos(3) + 3 - pos(2)) % 3, 1, "2 flows into 3: {c:?}");
+    }
+}
+
+#[cfg(test)]
+mod model_tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::backend::ort::IoInfo;
+
+    const SRC: &str = "[sources.cam]\nkind = \"file\"\nuri = \"/dev/null\"\n[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 640\nheight = 384\n[stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"/dev/null\"\n[stages.boxes]\nkind = \"text_detection\"\ninputs = [\"det\"]\n[sinks.out]\nkind = \"null\"\ninputs = [\"boxes\"]\n";
+
+    fn check_with(input: Vec<i64>, output: Vec<i64>) -> Vec<String> {
+        let cfg = crate::config::parse(Path::new("p.toml"), SRC.into()).unwrap();
+        let graph = check(&cfg).unwrap();
+        let io = |name: &str, dims: Vec<i64>| IoInfo { name: name.into(), dims, dtype: "float32".into() };
+        let models = ModelIo::from([("det".to_string(), (vec![io("x", input)], vec![io("y", output)]))]);
+        check_models(&cfg, &graph, &models).0.iter().map(|d| d.headline()).collect()
+    }
+
+    #[test]
+    fn dynamic_and_matching_shapes_pass() {
+        assert!(check_with(vec![-1, 3, -1, -1], vec![-1, 1, -1, -1]).is_empty());
+        assert!(check_with(vec![1, 3, 384, 640], vec![1, 1, 384, 640]).is_empty());
+    }
+
+    #[test]
+    fn fixed_size_mismatch_points_at_the_preprocess_key() {
+        assert_eq!(
+            check_with(vec![1, 3, 640, 640], vec![1, 1, 640, 640]),
+            vec![
+                "p.toml:8:10: preprocess `pre` makes tensors of height 384, but model `/dev/null` input `x` needs height 640 (shape [1, 3, 640, 640])"
+            ]
+        );
+    }
+
+    #[test]
+    fn layout_and_batch_mismatches() {
+        assert_eq!(
+            check_with(vec![1, 384, 640, 3], vec![1, 1, 384, 640]),
+            vec![
+                "p.toml:12:9: model `/dev/null` input `x` has shape [1, 384, 640, 3], which is not nchw with 3 channels as preprocess `pre` produces"
+            ]
+        );
+        assert_eq!(
+            check_with(vec![4, 3, -1, -1], vec![4, 1, -1, -1]),
+            vec!["p.toml:12:9: model `/dev/null` input `x` has a fixed batch of 4 ([4, 3, ?, ?]); frames are fed one at a time"]
+        );
+    }
+
+    #[test]
+    fn text_detection_needs_a_single_channel_map() {
+        assert_eq!(
+            check_with(vec![-1, 3, -1, -1], vec![-1, 2, -1, -1]),
+            vec!["p.toml:14:8: text_detection `boxes` needs a probability map [N, 1, H, W], but `det` outputs `y` with shape [?, 2, ?, ?]"]
+        );
     }
 }

@@ -145,7 +145,7 @@ impl Stage for TextDetection {
         let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());
         let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
         let (h, w) = match t.shape.as_slice() {
-            [1, 1, h, w] | [1, h, w] | [h, w] => (*h, *w),
+            [1, 1, h, w] => (*h, *w),
             s => {
                 return Err(StageError::Frame(format!("probability map must be [1, 1, H, W], got {s:?}")));
             }

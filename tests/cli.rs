@@ -1,0 +1,278 @@
+//! Integration tests: the real binary on the real samples and models.
+
+mod util;
+
+use std::time::{Duration, Instant};
+
+use util::*;
+
+#[test]
+fn bundled_pipelines_validate() {
+    require_assets();
+    let files: Vec<String> = std::fs::read_dir(root().join("pipelines"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| p.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
+    assert!(!files.is_empty());
+    let mut args = vec!["validate"];
+    args.extend(files.iter().map(String::as_str));
+    let o = bin().args(&args).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// Each broken file fails with exit 2 and every error located exactly.
+#[test]
+fn broken_pipelines_report_every_error_with_its_position() {
+    require_assets();
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "typo.toml",
+            &[
+                "error: unknown field `hieght`, expected one of `width`, `height`, `resize`, `pad_value`, `color`, `mean`, `std`, `scale`, `layout`, `interpolation`\n  --> tests/data/broken/typo.toml:9:1\n",
+                "  = help: did you mean `height`?\n",
+                "error: invalid type: integer `42`, expected a string\n  --> tests/data/broken/typo.toml:14:9\n",
+                "2 errors found",
+            ],
+        ),
+        (
+            "graph.toml",
+            &[
+                "error: type mismatch: stage `a` (preprocess) takes video frames, but `c` (text_detection) produces text boxes\n  --> tests/data/broken/graph.toml:8:18\n",
+                "error: cycle: [ b -> c -> a -> b ]\n  --> tests/data/broken/graph.toml:14:11\n",
+                "error: model file not found: tests/data/broken/../../../models/ppocr/no-such-model.onnx\n  --> tests/data/broken/graph.toml:15:9\n",
+                "error: sink `out` names unknown input `boxs`\n  --> tests/data/broken/graph.toml:23:16\n",
+                "  = help: did you mean `b`?\n",
+                "error: sink `bad` names unknown input `tensor`\n  --> tests/data/broken/graph.toml:32:23\n",
+                "5 errors found",
+            ],
+        ),
+        (
+            "shape.toml",
+            &[
+                "error: text_detection `boxes` needs a probability map [N, 1, H, W], but `rec` outputs `softmax_11.tmp_0` with shape [?, ?, 6625]\n  --> tests/data/broken/shape.toml:19:8\n",
+                "error: model `../../../models/silero/silero_vad.onnx` input `input` has shape [?, ?], but preprocess `pre` produces a 4-d image tensor [1, 3, 40, 320]\n  --> tests/data/broken/shape.toml:29:9\n",
+                "2 errors found",
+            ],
+        ),
+    ];
+    for (file, expected) in cases {
+        let path = format!("tests/data/broken/{file}");
+        let o = bin().args(["validate", &path]).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{file}: {err}");
+        for e in *expected {
+            assert!(err.contains(e), "{file}: expected\n{e}\nin\n{err}");
+        }
+        // `run` refuses the same file with the same exit code, before running anything.
+        let o = bin().args(["run", &path]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "run {file}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn text_detection_finds_the_drawn_text_on_the_unseen_clip() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/eval.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let truth = truth("eval-720p.truth.json");
+    let lines = read_ndjson(&out.path().join("eval.ndjson"));
+    assert_eq!(lines.len() as u64, truth.frames, "one line per frame");
+    assert_eq!(accounting(&err), (truth.frames, truth.frames, 0, 0));
+    let (mut good, mut far) = (0, 0);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["seq"], i as u64);
+        assert_eq!(l["stream"], "cam");
+        let pts = l["pts"].as_f64().unwrap();
+        assert!((pts - i as f64 / 10.0).abs() < 1e-6, "pts {pts} of frame {i}");
+        let want = truth.boxes_at(i as u64);
+        let got = bboxes(l, "boxes");
+        if want.iter().all(|t| got.iter().any(|g| iou(t, g) >= 0.5)) {
+            good += 1;
+        }
+        // No box far from any text.
+        far += got.iter().filter(|g| want.iter().all(|t| iou(t, g) < 0.1)).count();
+    }
+    assert!(good as f64 >= 0.9 * lines.len() as f64, "{good} of {} frames have every text box found", lines.len());
+    assert_eq!(far, 0, "boxes far from any text");
+}
+
+#[test]
+fn other_containers_fan_in_and_fan_out() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/containers.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (mkv, webm) = (truth("clip-1080p.truth.json"), truth("clip.truth.json"));
+    let lines = read_ndjson(&out.path().join("containers.ndjson"));
+    let total = mkv.frames + webm.frames;
+    assert_eq!(accounting(&err), (total, total, 0, 0));
+    assert_eq!(lines.len() as u64, total);
+    for (stream, t, w) in [("mkv", &mkv, 1920), ("webm", &webm, 640)] {
+        let mine: Vec<_> = lines.iter().filter(|l| l["stream"] == stream).collect();
+        assert_eq!(mine.len() as u64, t.frames, "{stream}");
+        assert!(mine.iter().enumerate().all(|(i, l)| l["seq"] == i as u64 && l["width"] == w), "{stream}: in order, source size kept");
+        let hits = mine.iter().filter(|l| {
+            let got = bboxes(l, "boxes");
+            t.boxes_at(l["seq"].as_u64().unwrap()).iter().all(|b| got.iter().any(|g| iou(b, g) >= 0.5))
+        });
+        assert!(hits.count() as f64 >= 0.9 * t.frames as f64, "{stream}: text found in 90% of frames");
+    }
+    // The fan-out sink saw every frame from both of its inputs.
+    let discard = err.lines().find(|l| l.starts_with("discard ")).expect("discard row");
+    let cols: Vec<&str> = discard.split_whitespace().collect();
+    assert_eq!(cols[2], (2 * total).to_string(), "{discard}");
+}
+
+#[test]
+fn full_queue_drops_are_counted_and_accounted() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/drop.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (decoded, processed, dropped, failed) = accounting(&err);
+    assert_eq!(decoded, 120);
+    assert!(dropped > 0, "a one-frame queue in front of the model drops: {err}");
+    assert_eq!(failed, 0);
+    assert_eq!(read_ndjson(&out.path().join("drop.ndjson")).len() as u64, processed);
+    let det = err.lines().find(|l| l.starts_with("det ")).unwrap();
+    assert_eq!(det.split_whitespace().nth(4), Some(dropped.to_string().as_str()), "{det}");
+}
+
+/// Interrupt a run mid-way: it drains, leaves complete NDJSON, and exits 128 + signal.
+fn interrupt(signal: &str, code: i32) {
+    require_assets();
+    let out = tempfile::tempdir().unwrap();
+    let report = out.path().join("report.json");
+    let mut child = bin()
+        .args(["run", "tests/data/eval.toml", "--progress", "never", "--report"])
+        .arg(&report)
+        .env("INFER_STREAM_TEST_OUT", out.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ndjson = out.path().join("eval.ndjson");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&ndjson).map(|s| s.lines().count()).unwrap_or(0) < 10 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no output after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    let text = std::fs::read_to_string(&ndjson).unwrap();
+    assert!(text.ends_with('\n'), "last line complete");
+    let lines = read_ndjson(&ndjson);
+    assert!(lines.len() < 300, "stopped early ({} lines)", lines.len());
+    let (decoded, processed, dropped, failed) = accounting(&err);
+    assert_eq!((dropped, failed), (0, 0));
+    assert_eq!(decoded, processed, "frames in flight drained");
+    assert_eq!(lines.len() as u64, processed, "every processed frame has its line");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["frames"]["processed"], processed);
+}
+
+#[test]
+fn sigint_drains_and_exits_130() {
+    interrupt("-INT", 130);
+}
+
+#[test]
+fn sigterm_drains_and_exits_143() {
+    interrupt("-TERM", 143);
+}
+
+#[test]
+fn truncated_file_yields_what_it_has() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/truncated.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (decoded, processed, _, _) = accounting(&err);
+    assert!(decoded > 0 && decoded < 100, "{err}");
+    assert_eq!(read_ndjson(&out.path().join("truncated.ndjson")).len() as u64, processed);
+}
+
+#[test]
+fn not_media_is_a_located_error() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/not-media.toml"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("error: source `cam`: cannot open tests/data/../../samples/not-media.mp4: Invalid data found when processing input\n  --> tests/data/not-media.toml:4:7"), "{err}");
+}
+
+#[test]
+fn missing_onnx_runtime_is_a_clear_error() {
+    let out = tempfile::tempdir().unwrap();
+    require_assets();
+    let o = bin()
+        .args(["run", "tests/data/eval.toml"])
+        .env("INFER_STREAM_TEST_OUT", out.path())
+        .env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot load ONNX Runtime from /nonexistent/libonnxruntime.so (ORT_DYLIB_PATH): file not found"), "{err}");
+    // The command-line flag wins over the environment.
+    let lib = root().join(".deps/onnxruntime/libonnxruntime.so");
+    let o = bin()
+        .args(["validate", "tests/data/eval.toml", "--ort-library"])
+        .arg(&lib)
+        .env("INFER_STREAM_TEST_OUT", out.path())
+        .env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn unavailable_provider_falls_back_loudly_or_fails_when_required() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/fallback.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    if err.contains("on cuda") {
+        eprintln!("a CUDA provider loaded here: the fallback path is not exercised");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("WARN") && err.contains("execution provider `cuda` is not available, falling back"), "{err}");
+    assert!(err.contains("ch_PP-OCRv4_det_infer.onnx on cpu"), "{err}");
+    let o = run_in(out.path(), &["run", "tests/data/required.toml"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("required execution provider `cuda` is not available"), "{err}");
+    assert!(!out.path().join("required.ndjson").exists() || read_ndjson(&out.path().join("required.ndjson")).is_empty());
+}
+
+#[test]
+fn graph_renders_dot_and_mermaid() {
+    let o = bin().args(["graph", "pipelines/text-detection.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let dot = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(
+        dot,
+        "digraph \"text-detection\" {\n  rankdir=LR;\n  \"cam\" [shape=invhouse, label=\"cam\\n(file)\"];\n  \"pre\" [shape=box, label=\"pre\\n(preprocess)\"];\n  \"det\" [shape=box, label=\"det\\n(infer)\"];\n  \"boxes\" [shape=box, label=\"boxes\\n(text_detection)\"];\n  \"results\" [shape=cylinder, label=\"results\\n(ndjson)\"];\n  \"cam\" -> \"pre\";\n  \"pre\" -> \"det\";\n  \"det\" -> \"boxes\";\n  \"boxes\" -> \"results\";\n}\n"
+    );
+    let o = bin().args(["graph", "pipelines/text-detection.toml", "--format", "mermaid"]).output().unwrap();
+    let m = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(
+        m,
+        "flowchart LR\n  cam[/\"cam<br/>file\"/]\n  pre[\"pre<br/>preprocess\"]\n  det[\"det<br/>infer\"]\n  boxes[\"boxes<br/>text_detection\"]\n  results[(\"results<br/>ndjson\")]\n  cam --> pre\n  pre --> det\n  det --> boxes\n  boxes --> results\n"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_has_examples() {
+    let o = bin().args(["run"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = bin().args(["--help"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let h = String::from_utf8(o.stdout).unwrap();
+    assert!(h.contains("Examples:") && h.contains("infer-stream run pipelines/text-detection.toml"), "{h}");
+}
