@@ -107,12 +107,29 @@ impl ModelOutputs {
 /// A detected text region in source pixels.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TextBox {
-    /// Corners clockwise from top-left.
-    pub quad: [[f32; 2]; 4],
     /// Axis-aligned bounds: x0, y0, x1, y1.
+    #[serde(serialize_with = "round_px")]
     pub bbox: [f32; 4],
+    /// Corners clockwise from top-left.
+    #[serde(serialize_with = "round_quad")]
+    pub quad: [[f32; 2]; 4],
     /// Mean probability inside the box.
+    #[serde(serialize_with = "round_score")]
     pub score: f32,
+}
+
+/// Pixel coordinates to 1/100 px, scores to 1e-4: no float noise in the output.
+fn round_to(v: f32, scale: f64) -> f64 {
+    (v as f64 * scale).round() / scale
+}
+fn round_px<S: serde::Serializer>(v: &[f32; 4], s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&v.map(|x| round_to(x, 100.0)), s)
+}
+fn round_quad<S: serde::Serializer>(v: &[[f32; 2]; 4], s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&v.map(|p| p.map(|x| round_to(x, 100.0))), s)
+}
+fn round_score<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round_to(*v, 10_000.0))
 }
 
 /// A result a stage attaches to a frame.

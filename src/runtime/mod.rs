@@ -149,6 +149,8 @@ pub struct SourceCtx<'a> {
     acct: &'a Arc<Accounting>,
     stats: &'a NodeStats,
     emit: &'a mut dyn FnMut(Frame) -> bool,
+    /// Time spent waiting for room downstream (not busy time).
+    waiting: Duration,
 }
 
 impl<'a> SourceCtx<'a> {
@@ -161,7 +163,7 @@ impl<'a> SourceCtx<'a> {
         stats: &'a NodeStats,
         emit: &'a mut dyn FnMut(Frame) -> bool,
     ) -> Self {
-        SourceCtx { name, index, shutdown, acct, stats, emit }
+        SourceCtx { name, index, shutdown, acct, stats, emit, waiting: Duration::ZERO }
     }
 
     pub fn stopping(&self) -> bool {
@@ -186,7 +188,10 @@ impl<'a> SourceCtx<'a> {
     /// Send a frame downstream; `false` when nobody is listening any more.
     pub fn emit(&mut self, frame: Frame) -> bool {
         self.stats.frames_out.fetch_add(1, Ordering::Relaxed);
-        (self.emit)(frame)
+        let t0 = Instant::now();
+        let open = (self.emit)(frame);
+        self.waiting += t0.elapsed();
+        open
     }
 
     /// Corrupt packets or unusable frames the decoder skipped.
@@ -359,7 +364,7 @@ fn run_node(
             let mut emit = |f: Frame| out.send(f);
             let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit);
             let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
-            st.add_busy(t0.elapsed());
+            st.add_busy(t0.elapsed().saturating_sub(ctx.waiting));
             let err = match r {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e),

@@ -127,6 +127,7 @@ impl RunReport {
 
     /// The human summary table.
     pub fn render(&self) -> String {
+        let ms = |n: &NodeReport, v: f64| if n.role == "source" { "-".to_string() } else { format!("{v:.2}") };
         let mut s = String::new();
         let w = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
         let _ = writeln!(
@@ -138,7 +139,7 @@ impl RunReport {
             let l = n.end_to_end_ms.unwrap_or(n.latency_ms);
             let _ = writeln!(
                 s,
-                "{:<w$}  {:<14} {:>7} {:>7} {:>7} {:>6} {:>8.1} {:>4.0}%  {:>8.2} {:>8.2} {:>8.2}{}",
+                "{:<w$}  {:<14} {:>7} {:>7} {:>7} {:>6} {:>8.1} {:>4.0}%  {:>8} {:>8} {:>8}{}",
                 n.name,
                 n.kind,
                 if n.role == "source" { "-".to_string() } else { n.frames_in.to_string() },
@@ -147,9 +148,9 @@ impl RunReport {
                 n.failed,
                 n.fps,
                 n.busy * 100.0,
-                l.p50,
-                l.p95,
-                l.p99,
+                ms(n, l.p50),
+                ms(n, l.p95),
+                ms(n, l.p99),
                 if n.end_to_end_ms.is_some() { "  (end to end)" } else { "" }
             );
         }

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Throughput against the machine bound, measured in one run on the 30 s 720p
+# evaluation clip: decode alone, preprocess alone, inference alone, the bound
+# 1/(1/decode + 1/preprocess + 1/infer), the whole pipeline, and the ratio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh >/dev/null
+cargo build --release --locked --quiet
+target/release/infer-stream -q bench pipelines/text-detection-bench.toml --isolate "$@"
