@@ -9,7 +9,9 @@
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;
 pub mod config;

@@ -241,8 +241,9 @@ fn unavailable_provider_falls_back_loudly_or_fails_when_required() {
         return;
     }
     assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("WARN") && err.contains("execution provider `cuda` is not available, falling back"), "{err}");
+    assert!(err.contains("WARN") && err.contains("stage `det`: execution provider `cuda` is not available (CUDA execution provider is not enabled in this build.); falling back to `cpu`"), "{err}");
     assert!(err.contains("ch_PP-OCRv4_det_infer.onnx on cpu"), "{err}");
+    assert!(err.contains("det: execution provider cpu (fallback from cuda)"), "summary names the fallback: {err}");
     let o = run_in(out.path(), &["run", "tests/data/required.toml"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");

@@ -203,7 +203,7 @@ pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Res
                 return Err(OrtError::Required { model: model.to_path_buf(), provider: spec.name, reason });
             }
             Err(reason) => {
-                tracing::warn!("{}: execution provider `{}` is not available, falling back: {reason}", model.display(), spec.name);
+                // The caller reports fallbacks, naming its stage.
                 fallbacks.push((spec.name, reason));
             }
         }

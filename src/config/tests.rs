@@ -127,11 +127,10 @@ fn providers_as_names_or_tables() {
 
 #[test]
 fn env_vars_expand_and_unset_ones_are_errors() {
-    // SAFETY of the test: the variable names are unique to this test.
-    unsafe { std::env::set_var("INFER_STREAM_TEST_CAM", "cam1.mp4") };
-    let cfg = parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"/media/${INFER_STREAM_TEST_CAM}\"\n".into()).unwrap();
+    // Cargo sets CARGO_PKG_NAME for the tests it runs.
+    let cfg = parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"/media/${CARGO_PKG_NAME}.mp4\"\n".into()).unwrap();
     let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };
-    assert_eq!(cfg.resolve_path(&f.uri).unwrap(), Path::new("/media/cam1.mp4"));
+    assert_eq!(cfg.resolve_path(&f.uri).unwrap(), Path::new("/media/infer-stream.mp4"));
     let cfg =
         parse(Path::new("p.toml"), "[sources.cam]\nkind = \"file\"\nuri = \"rtsp://u:${INFER_STREAM_TEST_UNSET}@h/x\"\n".into()).unwrap();
     let NodeKind::File(f) = &cfg.nodes[0].kind else { panic!() };

@@ -208,6 +208,8 @@ pub struct Node {
     pub on_error: OnError,
     pub body: Body,
     pub describe: String,
+    /// The execution provider an infer stage runs on.
+    pub provider: Option<String>,
 }
 
 /// A built pipeline.
@@ -229,6 +231,10 @@ impl Pipeline {
                 kind: n.kind.name(),
                 role: n.role,
                 on_error: n.on_error,
+                provider: match &body {
+                    Body::Stage(s) => s.provider(),
+                    _ => None,
+                },
                 describe: match &body {
                     Body::Source(s) => s.describe(),
                     Body::Stage(s) => s.describe(),
@@ -300,6 +306,7 @@ impl Pipeline {
                 outputs[i].edges.push(Edge { tx: tx.clone(), rx: rx.clone(), when_full: *wf, to: stats[c].clone() });
             }
         }
+        let providers: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.provider.clone()?))).collect();
         let mut inputs: Vec<Option<Receiver<Frame>>> = channels.into_iter().map(|c| c.map(|(_, rx, _)| rx)).collect();
         let source_errors = Arc::new(Mutex::new(Vec::new()));
 
@@ -330,15 +337,10 @@ impl Pipeline {
             }
         }
         let wall = started.elapsed();
-        RunReport::new(
-            self.name,
-            &stats,
-            acct.snapshot(),
-            wall,
-            shutdown.signal(),
-            shutdown.fatal(),
-            source_errors.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        )
+        let errors = source_errors.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut report = RunReport::new(self.name, &stats, acct.snapshot(), wall, shutdown.signal(), shutdown.fatal(), errors);
+        report.providers = providers;
+        report
     }
 }
 
@@ -458,3 +460,6 @@ fn run_node(
     let _ = role;
     st.finish();
 }
+
+#[cfg(test)]
+mod tests;

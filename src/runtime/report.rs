@@ -69,6 +69,8 @@ pub struct RunReport {
     pub interrupted_by_signal: Option<i32>,
     pub fatal: Option<String>,
     pub source_errors: Vec<String>,
+    /// (infer node, execution provider in use).
+    pub providers: Vec<(String, String)>,
 }
 
 impl RunReport {
@@ -105,7 +107,16 @@ impl RunReport {
                 }
             })
             .collect();
-        RunReport { pipeline, wall_seconds: secs, nodes, frames, interrupted_by_signal: signal, fatal, source_errors }
+        RunReport {
+            pipeline,
+            wall_seconds: secs,
+            nodes,
+            frames,
+            interrupted_by_signal: signal,
+            fatal,
+            source_errors,
+            providers: Vec::new(),
+        }
     }
 
     /// Frames per second through the whole pipeline (settled frames / wall time).
@@ -153,6 +164,9 @@ impl RunReport {
                 ms(n, l.p99),
                 if n.end_to_end_ms.is_some() { "  (end to end)" } else { "" }
             );
+        }
+        for (node, provider) in &self.providers {
+            let _ = writeln!(s, "{node}: execution provider {provider}");
         }
         let _ = writeln!(s, "{}", self.accounting_line());
         let _ = write!(s, "wall {:.2} s, {:.2} frames/s through the pipeline", self.wall_seconds, self.fps());

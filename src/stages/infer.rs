@@ -68,7 +68,7 @@ impl Infer {
         let output_names: Vec<String> = m.outputs.iter().map(|o| o.name.clone()).collect();
         let pools = output_names.iter().map(|_| Pool::new(pool_size)).collect();
         for (p, why) in &m.fallbacks {
-            tracing::warn!("stage `{name}`: provider `{p}` unavailable ({why}); using `{}`", m.provider);
+            tracing::warn!("stage `{name}`: execution provider `{p}` is not available ({why}); falling back to `{}`", m.provider);
         }
         let mut stage = Infer { name, model: path.display().to_string(), m, input, output_names, pools, intra_threads };
         if c.warmup {
@@ -110,6 +110,14 @@ impl Infer {
 }
 
 impl Stage for Infer {
+    fn provider(&self) -> Option<String> {
+        let mut s = self.m.provider.to_string();
+        for (p, _) in &self.m.fallbacks {
+            s.push_str(&format!(" (fallback from {p})"));
+        }
+        Some(s)
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} on {} ({} intra-op thread{})",

@@ -51,6 +51,10 @@ pub trait Source: Send {
 pub trait Stage: Send {
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError>;
     fn describe(&self) -> String;
+    /// The execution provider in use, with any fallback, for the summary.
+    fn provider(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Consumes frames; `finish` flushes and closes.

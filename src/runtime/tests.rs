@@ -1,0 +1,207 @@
+//! Runtime behaviour with synthetic stages: policies, queues, fan-out, shutdown.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::frame::{ColorInfo, Matrix, PoolBuf, Storage};
+use crate::stages::{Sink, Source, Stage};
+
+/// Emits `n` tiny grey frames as fast as the queues allow.
+struct Counter(u64);
+
+impl Source for Counter {
+    fn describe(&self) -> String {
+        "counter".into()
+    }
+    fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
+        for seq in 0..self.0 {
+            if ctx.stopping() {
+                break;
+            }
+            let image = Image {
+                width: 4,
+                height: 4,
+                format: crate::frame::PixelFormat::GRAY8,
+                color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
+                offsets: [0; 4],
+                strides: [4, 0, 0, 0],
+                storage: Storage::Host(PoolBuf::detached(vec![0; 16])),
+            };
+            let f = ctx.new_frame(seq, Some(seq as i64), (1, 10), Some(Arc::new(image)));
+            if !ctx.emit(f) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Fails (or panics) on chosen frames; optionally slow.
+struct Flaky {
+    fail_every: u64,
+    panic_at: Option<u64>,
+    delay: Duration,
+}
+
+impl Stage for Flaky {
+    fn describe(&self) -> String {
+        "flaky".into()
+    }
+    fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        std::thread::sleep(self.delay);
+        if Some(frame.seq) == self.panic_at {
+            panic!("boom");
+        }
+        if self.fail_every > 0 && frame.seq % self.fail_every == 0 {
+            return Err(StageError::Frame(format!("bad frame {}", frame.seq)));
+        }
+        Ok(())
+    }
+}
+
+type Seen = Arc<Mutex<Vec<(u64, usize)>>>;
+
+/// Records (seq, image address) of every frame.
+struct Recorder(Seen, Duration);
+
+impl Sink for Recorder {
+    fn describe(&self) -> String {
+        "recorder".into()
+    }
+    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
+        std::thread::sleep(self.1);
+        let addr = frame.image.as_ref().map_or(0, |i| Arc::as_ptr(i) as usize);
+        self.0.lock().unwrap().push((frame.seq, addr));
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A pipeline whose structure comes from `toml` and whose bodies are given.
+fn pipeline(toml: &str, bodies: Vec<Body>) -> Pipeline {
+    let cfg = crate::config::parse(Path::new("t.toml"), toml.to_string()).unwrap();
+    let graph = crate::graph::check(&cfg).unwrap();
+    Pipeline::new(&cfg, graph, bodies)
+}
+
+const LINEAR: &str = "[sources.cam]\nkind = \"file\"\nuri = \"/dev/null\"\n[stages.s]\nkind = \"preprocess\"\nwidth = 4\nheight = 4\ninputs = [\"cam\"]\nON_ERROR\n[sinks.out]\nkind = \"null\"\ninputs = [\"s\"]\nQUEUE\n";
+
+fn linear(on_error: &str, queue: &str, source: u64, stage: Flaky, sink_delay: Duration) -> (RunReport, Seen) {
+    let seen = Seen::default();
+    let toml = LINEAR.replace("ON_ERROR", on_error).replace("QUEUE", queue);
+    let bodies = vec![
+        Body::Source(Box::new(Counter(source))),
+        Body::Stage(Box::new(stage)),
+        Body::Sink(Box::new(Recorder(seen.clone(), sink_delay))),
+    ];
+    let report = pipeline(&toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
+    (report, seen)
+}
+
+#[test]
+fn skip_policy_counts_failed_frames_and_goes_on() {
+    let (r, seen) = linear("", "", 20, Flaky { fail_every: 4, panic_at: None, delay: Duration::ZERO }, Duration::ZERO);
+    assert_eq!((r.frames.decoded, r.frames.processed, r.frames.dropped, r.frames.failed), (20, 15, 0, 5));
+    assert!(r.frames.balanced() && r.fatal.is_none());
+    let seqs: Vec<u64> = seen.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(seqs, (1..20).filter(|s| s % 4 != 0).collect::<Vec<_>>(), "order kept, failed frames skipped");
+    assert_eq!(r.nodes[1].failed, 5);
+}
+
+#[test]
+fn stop_policy_stops_the_pipeline_and_drains() {
+    let (r, _) = linear(
+        "on_error = \"stop\"",
+        "",
+        100_000,
+        Flaky { fail_every: 7, panic_at: None, delay: Duration::from_millis(1) },
+        Duration::ZERO,
+    );
+    assert_eq!(r.fatal.as_deref(), Some("stage `s` failed on stream `cam` frame 0: bad frame 0"));
+    assert!(r.frames.decoded < 100, "sources stopped early: {:?}", r.frames);
+    assert!(r.frames.balanced(), "{:?}", r.frames);
+}
+
+#[test]
+fn panic_in_a_stage_is_caught_and_reported() {
+    let (r, _) = linear("", "", 1000, Flaky { fail_every: 0, panic_at: Some(3), delay: Duration::from_millis(1) }, Duration::ZERO);
+    assert_eq!(r.fatal.as_deref(), Some("stage `s` failed on stream `cam` frame 3: panic: boom"));
+    assert!(r.frames.balanced(), "{:?}", r.frames);
+    assert_eq!(r.frames.processed, 3);
+}
+
+#[test]
+fn drop_oldest_keeps_the_newest_frames() {
+    let (r, seen) = linear(
+        "",
+        "queue = { capacity = 2, when_full = \"drop_oldest\" }",
+        200,
+        Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO },
+        Duration::from_millis(2),
+    );
+    assert!(r.frames.dropped > 0 && r.frames.balanced(), "{:?}", r.frames);
+    assert_eq!(r.nodes[2].dropped, r.frames.dropped);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.last().unwrap().0, 199, "the newest frame is delivered");
+    assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "order kept");
+}
+
+#[test]
+fn drop_newest_keeps_the_oldest_frames() {
+    let (r, seen) = linear(
+        "",
+        "queue = { capacity = 2, when_full = \"drop_newest\" }",
+        200,
+        Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO },
+        Duration::from_millis(2),
+    );
+    assert!(r.frames.dropped > 0 && r.frames.balanced(), "{:?}", r.frames);
+    assert_eq!(seen.lock().unwrap()[0].0, 0);
+}
+
+#[test]
+fn fan_out_shares_the_image_and_fan_in_merges() {
+    let toml = "[sources.a]\nkind = \"file\"\nuri = \"/dev/null\"\n[sources.b]\nkind = \"file\"\nuri = \"/dev/null\"\n[sinks.x]\nkind = \"null\"\ninputs = [\"a\", \"b\"]\n[sinks.y]\nkind = \"null\"\ninputs = [\"a\"]\n";
+    let (x, y) = (Seen::default(), Seen::default());
+    let bodies = vec![
+        Body::Source(Box::new(Counter(30))),
+        Body::Source(Box::new(Counter(20))),
+        Body::Sink(Box::new(Recorder(x.clone(), Duration::ZERO))),
+        Body::Sink(Box::new(Recorder(y.clone(), Duration::ZERO))),
+    ];
+    let r = pipeline(toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
+    assert_eq!((r.frames.decoded, r.frames.processed), (50, 50));
+    let (x, y) = (x.lock().unwrap(), y.lock().unwrap());
+    assert_eq!(x.len(), 50, "fan-in: both sources reach x");
+    assert_eq!(y.len(), 30);
+    // Every frame of `a` seen by y is the very same image x saw (shared, not copied).
+    for (seq, addr) in y.iter() {
+        assert!(x.iter().any(|(s, a)| s == seq && a == addr), "frame {seq} image shared");
+    }
+}
+
+#[test]
+fn interrupt_stops_sources_and_drains_in_flight_frames() {
+    let seen = Seen::default();
+    let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", "");
+    let bodies = vec![
+        Body::Source(Box::new(Counter(1_000_000))),
+        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::from_millis(1) })),
+        Body::Sink(Box::new(Recorder(seen.clone(), Duration::ZERO))),
+    ];
+    let sd = Shutdown::new();
+    let sd2 = sd.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        sd2.interrupt(2);
+    });
+    let r = pipeline(&toml, bodies).run(sd, Arc::new(Accounting::default()), None);
+    assert_eq!(r.interrupted_by_signal, Some(2));
+    assert!(r.frames.decoded > 0 && r.frames.decoded < 1_000_000);
+    assert_eq!(r.frames.processed, r.frames.decoded, "nothing lost: {:?}", r.frames);
+    assert_eq!(seen.lock().unwrap().len() as u64, r.frames.processed);
+}
