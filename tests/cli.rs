@@ -146,7 +146,7 @@ fn interrupt(signal: &str, code: i32) {
     require_assets();
     let out = tempfile::tempdir().unwrap();
     let report = out.path().join("report.json");
-    let mut child = bin()
+    let child = bin()
         .args(["run", "tests/data/eval.toml", "--progress", "never", "--report"])
         .arg(&report)
         .env("INFER_STREAM_TEST_OUT", out.path())

@@ -240,7 +240,7 @@ pub fn sws_flags(interp: crate::config::Interpolation) -> i32 {
         Bicubic => ffi::SWS_BICUBIC,
         Area => ffi::SWS_AREA,
     };
-    f as i32 | ffi::SWS_ACCURATE_RND as i32
+    f | ffi::SWS_ACCURATE_RND
 }
 
 impl Scaler {
@@ -271,8 +271,8 @@ impl Scaler {
         };
         // SAFETY: `ctx` is a live context; coefficient tables are static.
         unsafe {
-            let src_table = ffi::sws_getCoefficients(cs as i32);
-            let dst_table = ffi::sws_getCoefficients(ffi::SWS_CS_DEFAULT as i32);
+            let src_table = ffi::sws_getCoefficients(cs);
+            let dst_table = ffi::sws_getCoefficients(ffi::SWS_CS_DEFAULT);
             ffi::sws_setColorspaceDetails(ctx, src_table, src.color.full_range as i32, dst_table, 1, 0, 1 << 16, 1 << 16);
         }
         Ok(Scaler { ctx, key: (src.width, src.height, src.format, src.color), dst: (dst_w, dst_h, dst_fmt) })

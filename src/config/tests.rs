@@ -10,10 +10,10 @@ const SINK: &str = "[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n";
 /// Headlines (`file:line:col: message`) and helps of every error, config and graph.
 fn errors(src: &str) -> Vec<(String, Option<String>)> {
     let (cfg, mut d) = parse_lenient(Path::new("p.toml"), src.to_string());
-    if let Some(cfg) = cfg {
-        if let Err(mut g) = crate::graph::check(&cfg) {
-            d.0.append(&mut g.0);
-        }
+    if let Some(cfg) = cfg
+        && let Err(mut g) = crate::graph::check(&cfg)
+    {
+        d.0.append(&mut g.0);
     }
     d.sort();
     // Files do not exist in these tests; keep the other errors.

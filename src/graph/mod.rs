@@ -158,24 +158,24 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             producers[i].push(p);
             consumers[p].push(i);
             let got = output_type(&prod.kind);
-            if let Some((want, help)) = input_type(&node.kind) {
-                if got != want {
-                    diags.push(
-                        cfg.diag(
-                            input.span(),
-                            format!(
-                                "type mismatch: {} `{}` ({}) takes {}, but `{name}` ({}) produces {}",
-                                node.role.noun(),
-                                node.name,
-                                node.kind.name(),
-                                want.describe(),
-                                prod.kind.name(),
-                                got.describe()
-                            ),
-                        )
-                        .with_help(help),
-                    );
-                }
+            if let Some((want, help)) = input_type(&node.kind)
+                && got != want
+            {
+                diags.push(
+                    cfg.diag(
+                        input.span(),
+                        format!(
+                            "type mismatch: {} `{}` ({}) takes {}, but `{name}` ({}) produces {}",
+                            node.role.noun(),
+                            node.name,
+                            node.kind.name(),
+                            want.describe(),
+                            prod.kind.name(),
+                            got.describe()
+                        ),
+                    )
+                    .with_help(help),
+                );
             }
         }
     }
@@ -220,10 +220,10 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             Err(d) => diags.push(d),
         }
     }
-    if let Some(s) = &cfg.settings.ort_library {
-        if let Err(d) = cfg.resolve_path(s) {
-            diags.push(d);
-        }
+    if let Some(s) = &cfg.settings.ort_library
+        && let Err(d) = cfg.resolve_path(s)
+    {
+        diags.push(d);
     }
 
     let queue_total = cfg.nodes.iter().map(|n| n.queue.map_or(8, |q| q.capacity.get())).sum();
@@ -361,13 +361,13 @@ pub fn check_models(cfg: &PipelineConfig, graph: &Graph, models: &ModelIo) -> Di
                         );
                     }
                     for (k, key, val) in [(h_at, "height", &pc.height), (w_at, "width", &pc.width)] {
-                        if let Some(v) = fixed(k) {
-                            if v != *val.get_ref() as usize {
-                                diags.push(cfg.diag(val.span(), format!(
+                        if let Some(v) = fixed(k)
+                            && v != *val.get_ref() as usize
+                        {
+                            diags.push(cfg.diag(val.span(), format!(
                                     "preprocess `{pname}` makes tensors of {key} {}, but model `{model}` input `{}` needs {key} {v} (shape {})",
                                     val.get_ref(), input.name, input.shape_string()
                                 )).with_help(format!("set {key} = {v} in `{pname}`")));
-                            }
                         }
                     }
                 }

@@ -212,6 +212,16 @@ pub struct Node {
     pub provider: Option<String>,
 }
 
+/// Called every 100 ms while a pipeline runs (progress bars).
+pub type Tick<'a> = &'a mut dyn FnMut(&[Arc<NodeStats>], Duration);
+
+/// A consumer's queue: every producer of the node sends into it.
+struct Queue {
+    tx: Sender<Frame>,
+    rx: Receiver<Frame>,
+    when_full: WhenFull,
+}
+
 /// A built pipeline.
 pub struct Pipeline {
     pub name: String,
@@ -266,10 +276,10 @@ impl Pipeline {
             if std::mem::replace(&mut seen[j], true) {
                 continue;
             }
-            if let Body::Source(s) = &self.nodes[j].body {
-                if s.is_live() {
-                    return true;
-                }
+            if let Body::Source(s) = &self.nodes[j].body
+                && s.is_live()
+            {
+                return true;
             }
             stack.extend(&self.graph.producers[j]);
         }
@@ -277,37 +287,39 @@ impl Pipeline {
     }
 
     /// Run to completion (or until `shutdown`), then report.
-    pub fn run(
-        self,
-        shutdown: Arc<Shutdown>,
-        acct: Arc<Accounting>,
-        on_tick: Option<&mut dyn FnMut(&[Arc<NodeStats>], Duration)>,
-    ) -> RunReport {
+    pub fn run(self, shutdown: Arc<Shutdown>, acct: Arc<Accounting>, on_tick: Option<Tick<'_>>) -> RunReport {
         let started = Instant::now();
         let n = self.nodes.len();
         let stats: Vec<Arc<NodeStats>> = self.nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
-        // One channel per consumer; all its producers share it (fan-in).
-        let mut channels: Vec<Option<(Sender<Frame>, Receiver<Frame>, WhenFull)>> = Vec::with_capacity(n);
-        for i in 0..n {
-            if self.graph.producers[i].is_empty() {
-                channels.push(None);
-                continue;
-            }
-            let (cap, when_full) = self.queues[i];
-            let when_full = when_full.unwrap_or(if self.live_upstream(i) { WhenFull::DropOldest } else { WhenFull::Block });
-            let (tx, rx) = bounded(cap);
-            stats[i].set_capacity(cap);
-            channels.push(Some((tx, rx, when_full)));
-        }
-        let mut outputs: Vec<Outputs> = (0..n).map(|_| Outputs { edges: Vec::new() }).collect();
-        for (i, cons) in self.graph.consumers.iter().enumerate() {
-            for &c in cons {
-                let (tx, rx, wf) = channels[c].as_ref().expect("consumer has a channel");
-                outputs[i].edges.push(Edge { tx: tx.clone(), rx: rx.clone(), when_full: *wf, to: stats[c].clone() });
-            }
-        }
+        // One queue per consumer; all its producers share it (fan-in).
+        let queues: Vec<Option<Queue>> = (0..n)
+            .map(|i| {
+                if self.graph.producers[i].is_empty() {
+                    return None;
+                }
+                let (cap, when_full) = self.queues[i];
+                let when_full = when_full.unwrap_or(if self.live_upstream(i) { WhenFull::DropOldest } else { WhenFull::Block });
+                let (tx, rx) = bounded(cap);
+                stats[i].set_capacity(cap);
+                Some(Queue { tx, rx, when_full })
+            })
+            .collect();
+        let outputs: Vec<Outputs> = self
+            .graph
+            .consumers
+            .iter()
+            .map(|cons| Outputs {
+                edges: cons
+                    .iter()
+                    .map(|&c| {
+                        let q = queues[c].as_ref().expect("consumer has a queue");
+                        Edge { tx: q.tx.clone(), rx: q.rx.clone(), when_full: q.when_full, to: stats[c].clone() }
+                    })
+                    .collect(),
+            })
+            .collect();
         let providers: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.provider.clone()?))).collect();
-        let mut inputs: Vec<Option<Receiver<Frame>>> = channels.into_iter().map(|c| c.map(|(_, rx, _)| rx)).collect();
+        let mut inputs: Vec<Option<Receiver<Frame>>> = queues.into_iter().map(|q| q.map(|q| q.rx)).collect();
         let source_errors = Arc::new(Mutex::new(Vec::new()));
 
         let mut handles = Vec::new();

@@ -76,10 +76,10 @@ impl NodeStats {
         if let Ok(mut h) = self.service.lock() {
             let _ = h.record(us(service));
         }
-        if let Some(d) = e2e {
-            if let Ok(mut h) = self.end_to_end.lock() {
-                let _ = h.record(us(d));
-            }
+        if let Some(d) = e2e
+            && let Ok(mut h) = self.end_to_end.lock()
+        {
+            let _ = h.record(us(d));
         }
     }
 

@@ -54,7 +54,7 @@ impl Stage for Flaky {
         if Some(frame.seq) == self.panic_at {
             panic!("boom");
         }
-        if self.fail_every > 0 && frame.seq % self.fail_every == 0 {
+        if self.fail_every > 0 && frame.seq.is_multiple_of(self.fail_every) {
             return Err(StageError::Frame(format!("bad frame {}", frame.seq)));
         }
         Ok(())

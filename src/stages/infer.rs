@@ -71,15 +71,13 @@ impl Infer {
             tracing::warn!("stage `{name}`: execution provider `{p}` is not available ({why}); falling back to `{}`", m.provider);
         }
         let mut stage = Infer { name, model: path.display().to_string(), m, input, output_names, pools, intra_threads };
-        if c.warmup {
-            if let Some(shape) = warm_shape {
-                let t0 = Instant::now();
-                let zeros = vec![0f32; shape.iter().product()];
-                stage
-                    .run(&shape, &zeros)
-                    .map_err(|e| cfg.diag(c.model.span(), format!("stage `{}`: warm-up run failed: {e}", stage.name)))?;
-                tracing::info!("stage `{}`: warm-up {:.0} ms", stage.name, t0.elapsed().as_secs_f64() * 1e3);
-            }
+        if c.warmup
+            && let Some(shape) = warm_shape
+        {
+            let t0 = Instant::now();
+            let zeros = vec![0f32; shape.iter().product()];
+            stage.run(&shape, &zeros).map_err(|e| cfg.diag(c.model.span(), format!("stage `{}`: warm-up run failed: {e}", stage.name)))?;
+            tracing::info!("stage `{}`: warm-up {:.0} ms", stage.name, t0.elapsed().as_secs_f64() * 1e3);
         }
         Ok(stage)
     }

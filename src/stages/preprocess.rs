@@ -23,9 +23,9 @@ pub struct NormTable {
 impl NormTable {
     pub fn new(scale: f32, mean: [f32; 3], std: [f32; 3], pad_value: u8) -> Self {
         let mut lut = [[0f32; 256]; 3];
-        for c in 0..3 {
-            for v in 0..256 {
-                lut[c][v] = (v as f32 * scale - mean[c]) / std[c];
+        for (c, table) in lut.iter_mut().enumerate() {
+            for (v, out) in table.iter_mut().enumerate() {
+                *out = (v as f32 * scale - mean[c]) / std[c];
             }
         }
         let pad = [lut[0][pad_value as usize], lut[1][pad_value as usize], lut[2][pad_value as usize]];
