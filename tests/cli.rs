@@ -277,3 +277,45 @@ fn usage_errors_exit_2_and_help_has_examples() {
     let h = String::from_utf8(o.stdout).unwrap();
     assert!(h.contains("Examples:") && h.contains("infer-stream run pipelines/text-detection.toml"), "{h}");
 }
+
+#[test]
+fn ndjson_to_stdout_keeps_stdout_clean() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/stdout.toml", "--progress", "always"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(lines.len(), 7);
+    assert!(lines.iter().enumerate().all(|(i, l)| l["seq"] == i as u64 && l["stream"] == "cam" && l["width"] == 640));
+    assert_eq!(accounting(&err), (7, 7, 0, 0));
+}
+
+#[test]
+fn second_signal_exits_at_once() {
+    require_assets();
+    let out = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .args(["run", "tests/data/eval.toml", "--progress", "never"])
+        .env("INFER_STREAM_TEST_OUT", out.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ndjson = out.path().join("eval.ndjson");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&ndjson).map(|s| s.lines().count()).unwrap_or(0) < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no output after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    for _ in 0..2 {
+        assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("second signal: exiting now without draining"), "{err}");
+    // Lines already written are whole.
+    read_ndjson(&ndjson);
+}
