@@ -228,6 +228,8 @@ pub struct Pipeline {
     pub nodes: Vec<Node>,
     graph: Graph,
     queues: Vec<(usize, Option<WhenFull>)>,
+    /// Live counters, one per node (shared with progress, summary and metrics).
+    stats: Vec<Arc<NodeStats>>,
 }
 
 impl Pipeline {
@@ -254,7 +256,13 @@ impl Pipeline {
             })
             .collect();
         let queues = cfg.nodes.iter().map(|n| (n.queue.map_or(8, |q| q.capacity.get()), n.queue.and_then(|q| q.when_full))).collect();
-        Pipeline { name: cfg.name(), nodes, graph, queues }
+        let stats = nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
+        Pipeline { name: cfg.name(), nodes, graph, queues, stats }
+    }
+
+    /// Each node's live counters, available before and during the run.
+    pub fn stats(&self) -> &[Arc<NodeStats>] {
+        &self.stats
     }
 
     /// Frames the sources expect to produce, if all of them know.
@@ -290,7 +298,7 @@ impl Pipeline {
     pub fn run(self, shutdown: Arc<Shutdown>, acct: Arc<Accounting>, on_tick: Option<Tick<'_>>) -> RunReport {
         let started = Instant::now();
         let n = self.nodes.len();
-        let stats: Vec<Arc<NodeStats>> = self.nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
+        let stats = self.stats.clone();
         // One queue per consumer; all its producers share it (fan-in).
         let queues: Vec<Option<Queue>> = (0..n)
             .map(|i| {
