@@ -10,9 +10,11 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use infer_stream::bench::BenchOptions;
 use infer_stream::config::{self, Diagnostics, PipelineConfig};
 use infer_stream::frame::Accounting;
 use infer_stream::graph::{self, Graph};
+use infer_stream::runtime::trace::Tracer;
 use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
 use infer_stream::stages::{self, BuildOptions};
 
@@ -78,6 +80,9 @@ enum Cmd {
         /// Also write the end-of-run report as JSON.
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// Write a Chrome trace (one span per frame per node, queue waits): open in Perfetto or chrome://tracing.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
     },
     /// Check pipeline files (syntax, graph, types, files, models) without running them.
     Validate {
@@ -95,18 +100,33 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "dot")]
         format: GraphFormat,
     },
-    /// Measure a pipeline: with --isolate, each stage alone, the bound, and the pipeline's efficiency.
+    /// Measure a pipeline: throughput, per-stage busy time and latency, queues, CPU, memory, GPU, the bottleneck.
     Bench {
         pipeline: PathBuf,
-        /// Measure decode, preprocess and inference alone and compare the pipeline with their bound.
+        /// Also measure decode, preprocess and inference alone and compare the pipeline with their bound.
         #[arg(long)]
         isolate: bool,
         /// Stop each source after N frames.
-        #[arg(long)]
+        #[arg(long, value_name = "N", conflicts_with = "duration")]
         frames: Option<u64>,
-        /// Print JSON instead of text.
+        /// Stop after S seconds.
+        #[arg(long, value_name = "S")]
+        duration: Option<f64>,
+        /// Frames per source left out of the throughput figure.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        warmup: u64,
+        /// Replace every sink with `null`.
+        #[arg(long)]
+        null_sinks: bool,
+        /// Print the report as JSON (schema: docs/bench-schema.json).
         #[arg(long)]
         json: bool,
+        /// Draw throughput over time and per-stage latency histograms (.svg or .png).
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+        /// Write a Chrome trace of the pipeline run (Perfetto, chrome://tracing).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         #[arg(long, value_name = "PATH")]
         ort_library: Option<PathBuf>,
     },
@@ -135,10 +155,21 @@ pub fn main() -> ExitCode {
     init_logging(cli.verbose, cli.quiet);
     let quiet = cli.quiet;
     let r = match cli.cmd {
-        Cmd::Run { pipeline, ort_library, progress, report } => run(&pipeline, ort_library, progress, report.as_deref(), quiet),
+        Cmd::Run { pipeline, ort_library, progress, report, trace } => {
+            run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), quiet)
+        }
         Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
-        Cmd::Bench { pipeline, isolate, frames, json, ort_library } => bench(&pipeline, isolate, frames, json, ort_library),
+        Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
+            let opts = BenchOptions {
+                build: BuildOptions { ort_library, null_sinks, max_frames: frames },
+                isolate,
+                warmup,
+                duration: duration.map(Duration::from_secs_f64),
+                tracer: trace.as_ref().map(|_| Tracer::new()),
+            };
+            bench(&pipeline, opts, json, plot.as_deref(), trace.as_deref())
+        }
     };
     match r {
         Ok(code) => ExitCode::from(code),
@@ -253,13 +284,24 @@ fn install_signals(sd: Arc<Shutdown>) -> Result<()> {
     Ok(())
 }
 
-fn run(path: &Path, ort_library: Option<PathBuf>, progress: Progress, report_path: Option<&Path>, quiet: bool) -> Result<u8> {
+fn run(
+    path: &Path,
+    ort_library: Option<PathBuf>,
+    progress: Progress,
+    report_path: Option<&Path>,
+    trace: Option<&Path>,
+    quiet: bool,
+) -> Result<u8> {
     let opts = BuildOptions { ort_library, ..Default::default() };
     let (cfg, graph, bodies) = match prepare(path, &opts) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
-    let pipeline = Pipeline::new(&cfg, graph, bodies);
+    let mut pipeline = Pipeline::new(&cfg, graph, bodies);
+    let tracer = trace.map(|_| Tracer::new());
+    if let Some(t) = &tracer {
+        pipeline = pipeline.with_tracer(t.clone());
+    }
     tracing::info!("pipeline `{}` from {}", pipeline.name, path.display());
     for n in &pipeline.nodes {
         tracing::info!("  {} `{}` ({}): {}", n.role.noun(), n.name, n.kind, n.describe);
@@ -291,6 +333,10 @@ fn run(path: &Path, ort_library: Option<PathBuf>, progress: Progress, report_pat
     }
     if let Some(p) = report_path {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let (Some(t), Some(p)) = (&tracer, trace) {
+        t.write(p).with_context(|| format!("writing {}", p.display()))?;
+        tracing::info!("trace: {} spans in {}", t.span_count(), p.display());
     }
     if let Some(f) = &report.fatal {
         eprintln!("error: {f}");
@@ -325,33 +371,40 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
     bar
 }
 
-fn bench(path: &Path, isolate: bool, frames: Option<u64>, json: bool, ort_library: Option<PathBuf>) -> Result<u8> {
-    let opts = BuildOptions { ort_library, null_sinks: true, max_frames: frames };
-    if isolate {
-        let (cfg, graph) = match load_checked(path) {
-            Ok(x) => x,
-            Err(d) => return Ok(print_diags(&d)),
-        };
-        let r = match infer_stream::bench::isolate(&cfg, &graph, &opts) {
-            Ok(r) => r,
-            Err(d) => return Ok(print_diags(&d)),
-        };
-        if json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
-        } else {
-            println!("{}", r.render());
-        }
-        return Ok(exit::OK);
-    }
-    let (cfg, graph, bodies) = match prepare(path, &opts) {
+fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&Path>, trace: Option<&Path>) -> Result<u8> {
+    let (cfg, graph) = match load_checked(path) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
-    let report = Pipeline::new(&cfg, graph, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
+    // Check models against their inputs before measuring anything.
+    match stages::build(&cfg, &graph, &opts.build) {
+        Ok((_, models)) => {
+            let d = graph::check_models(&cfg, &graph, &models);
+            if !d.is_empty() {
+                return Ok(print_diags(&d));
+            }
+        }
+        Err(d) => return Ok(print_diags(&d)),
+    }
+    let tracer = opts.tracer.clone();
+    let report = match infer_stream::bench::bench(&cfg, &graph, &opts) {
+        Ok(r) => r,
+        Err(d) => return Ok(print_diags(&d)),
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{}", report.render());
+        print!("{}", report.render());
     }
-    Ok(if report.fatal.is_some() || !report.source_errors.is_empty() { exit::RUNTIME } else { exit::OK })
+    if let Some(p) = plot {
+        infer_stream::bench::plot::draw(&report, &report.histograms, p)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("drawing {}", p.display()))?;
+        eprintln!("plot: {}", p.display());
+    }
+    if let (Some(t), Some(p)) = (tracer, trace) {
+        t.write(p).with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("trace: {} spans in {}", t.span_count(), p.display());
+    }
+    Ok(if report.frames.balanced() { exit::OK } else { exit::RUNTIME })
 }

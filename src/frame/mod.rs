@@ -175,6 +175,8 @@ pub struct Frame {
     pub image: Option<Arc<Image>>,
     pub results: Vec<Attached>,
     pub ticket: Arc<Ticket>,
+    /// When the frame entered its current queue (queue-wait tracing).
+    pub queued_at: Option<Instant>,
 }
 
 impl Frame {

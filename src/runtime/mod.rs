@@ -3,6 +3,7 @@
 
 pub mod report;
 pub mod stats;
+pub mod trace;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -127,7 +128,8 @@ pub struct Outputs {
 
 impl Outputs {
     /// Send to every consumer; `false` when all of them are gone.
-    fn send(&self, frame: Frame) -> bool {
+    fn send(&self, mut frame: Frame) -> bool {
+        frame.queued_at = Some(Instant::now());
         let Some((last, rest)) = self.edges.split_last() else {
             // No consumers: the frame ends here, delivered nowhere.
             frame.ticket.dropped();
@@ -151,6 +153,8 @@ pub struct SourceCtx<'a> {
     emit: &'a mut dyn FnMut(Frame) -> bool,
     /// Time spent waiting for room downstream (not busy time).
     waiting: Duration,
+    trace: Option<trace::TraceBuf>,
+    last_emit: Instant,
 }
 
 impl<'a> SourceCtx<'a> {
@@ -163,7 +167,7 @@ impl<'a> SourceCtx<'a> {
         stats: &'a NodeStats,
         emit: &'a mut dyn FnMut(Frame) -> bool,
     ) -> Self {
-        SourceCtx { name, index, shutdown, acct, stats, emit, waiting: Duration::ZERO }
+        SourceCtx { name, index, shutdown, acct, stats, emit, waiting: Duration::ZERO, trace: None, last_emit: Instant::now() }
     }
 
     pub fn stopping(&self) -> bool {
@@ -182,6 +186,7 @@ impl<'a> SourceCtx<'a> {
             image,
             results: Vec::new(),
             ticket: self.acct.issue(),
+            queued_at: None,
         }
     }
 
@@ -189,8 +194,13 @@ impl<'a> SourceCtx<'a> {
     pub fn emit(&mut self, frame: Frame) -> bool {
         self.stats.frames_out.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
+        if let Some(t) = &mut self.trace {
+            // Decoding this frame took from the previous hand-off until now.
+            t.work(&frame, self.last_emit, t0);
+        }
         let open = (self.emit)(frame);
-        self.waiting += t0.elapsed();
+        self.last_emit = Instant::now();
+        self.waiting += self.last_emit - t0;
         open
     }
 
@@ -230,6 +240,7 @@ pub struct Pipeline {
     queues: Vec<(usize, Option<WhenFull>)>,
     /// Live counters, one per node (shared with progress, summary and metrics).
     stats: Vec<Arc<NodeStats>>,
+    tracer: Option<Arc<trace::Tracer>>,
 }
 
 impl Pipeline {
@@ -257,7 +268,13 @@ impl Pipeline {
             .collect();
         let queues = cfg.nodes.iter().map(|n| (n.queue.map_or(8, |q| q.capacity.get()), n.queue.and_then(|q| q.when_full))).collect();
         let stats = nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
-        Pipeline { name: cfg.name(), nodes, graph, queues, stats }
+        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None }
+    }
+
+    /// Record one span per frame per node (and queue waits) into `tracer`.
+    pub fn with_tracer(mut self, tracer: Arc<trace::Tracer>) -> Self {
+        self.tracer = Some(tracer);
+        self
     }
 
     /// Each node's live counters, available before and during the run.
@@ -337,9 +354,10 @@ impl Pipeline {
             let sd = shutdown.clone();
             let acct = acct.clone();
             let errs = source_errors.clone();
+            let tb = self.tracer.as_ref().map(|t| t.buffer(i as u32 + 1, &node.name));
             let h = std::thread::Builder::new()
                 .name(format!("node:{}", node.name))
-                .spawn(move || run_node(i as u32, node, rx, out, st, sd, acct, errs))
+                .spawn(move || run_node(i as u32, node, rx, out, st, sd, acct, errs, tb))
                 .expect("spawn node thread");
             handles.push(h);
         }
@@ -378,6 +396,7 @@ fn run_node(
     sd: Arc<Shutdown>,
     acct: Arc<Accounting>,
     errs: Arc<Mutex<Vec<String>>>,
+    mut trace: Option<trace::TraceBuf>,
 ) {
     let Node { name, body, on_error, role, .. } = node;
     match body {
@@ -385,6 +404,7 @@ fn run_node(
             let t0 = Instant::now();
             let mut emit = |f: Frame| out.send(f);
             let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit);
+            ctx.trace = trace.take();
             let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
             st.add_busy(t0.elapsed().saturating_sub(ctx.waiting));
             let err = match r {
@@ -411,7 +431,12 @@ fn run_node(
                 }
                 let t0 = Instant::now();
                 let r = catch_unwind(AssertUnwindSafe(|| stage.process(&mut frame)));
-                st.record(t0.elapsed(), None);
+                let t1 = Instant::now();
+                st.record(t1 - t0, None);
+                if let Some(t) = &mut trace {
+                    t.waited(&frame, t0);
+                    t.work(&frame, t0, t1);
+                }
                 let err = match r {
                     Ok(Ok(())) => {
                         st.frames_out.fetch_add(1, Ordering::Relaxed);
@@ -447,7 +472,12 @@ fn run_node(
                 }
                 let t0 = Instant::now();
                 let r = catch_unwind(AssertUnwindSafe(|| sink.write(&frame)));
-                st.record(t0.elapsed(), Some(frame.created.elapsed()));
+                let t1 = Instant::now();
+                st.record(t1 - t0, Some(t1 - frame.created));
+                if let Some(t) = &mut trace {
+                    t.waited(&frame, t0);
+                    t.work(&frame, t0, t1);
+                }
                 match r {
                     Ok(Ok(())) => {
                         frame.ticket.sunk();

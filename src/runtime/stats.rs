@@ -24,6 +24,8 @@ pub struct NodeStats {
     pub busy_ns: AtomicU64,
     pub capacity: AtomicUsize,
     pub max_depth: AtomicUsize,
+    /// Frames waiting in the queue when the node last took one.
+    pub queued: AtomicUsize,
     pub done: AtomicBool,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
@@ -49,6 +51,7 @@ impl NodeStats {
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
             max_depth: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
             done: AtomicBool::new(false),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
@@ -62,7 +65,13 @@ impl NodeStats {
     /// A frame arrived; `depth` frames still wait behind it.
     pub fn frame_in(&self, depth: usize) {
         self.frames_in.fetch_add(1, Ordering::Relaxed);
-        self.max_depth.fetch_max(depth + 1, Ordering::Relaxed);
+        self.queued.store(depth, Ordering::Relaxed);
+        self.max_depth.fetch_max(depth, Ordering::Relaxed);
+    }
+
+    /// Frames waiting in this node's queue (as of its last take).
+    pub fn depth(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 
     pub fn add_busy(&self, d: Duration) {
