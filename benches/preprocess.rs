@@ -10,6 +10,7 @@ use infer_stream::backend::ffmpeg::{Scaler, copy_to_image, init, sws_flags};
 use infer_stream::config::{Interpolation, Layout, TextDetectionConfig};
 use infer_stream::frame::{Letterbox, Pool};
 use infer_stream::stages::postprocess::db::{DbScratch, detect};
+use infer_stream::stages::postprocess::nms::{Detection, nms};
 use infer_stream::stages::preprocess::{NormTable, normalize_into};
 
 /// A YUV 4:2:0 frame with a gradient, as a decoder would hand it over.
@@ -75,6 +76,30 @@ fn db_postprocess(c: &mut Criterion) {
     });
 }
 
+fn nms_bench(c: &mut Criterion) {
+    // 8400 candidates (a 640x640 YOLOv8 output) over 80 classes, in clusters that overlap.
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f32 / (1u64 << 53) as f32
+    };
+    let dets: Vec<Detection> = (0..8400)
+        .map(|i| {
+            let (cx, cy) = ((i % 40) as f32 * 16.0 + next() * 8.0, (i / 40 % 40) as f32 * 16.0 + next() * 8.0);
+            let (w, h) = (20.0 + next() * 40.0, 20.0 + next() * 40.0);
+            Detection { bbox: [cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0], score: next(), class: (i % 80) as u32 }
+        })
+        .collect();
+    c.bench_function("nms 8400 candidates, 80 classes", |b| {
+        b.iter(|| {
+            let mut v = dets.clone();
+            black_box(nms(&mut v, 0.45, 300))
+        })
+    });
+}
+
 fn plumbing(c: &mut Criterion) {
     let pool = Pool::<f32>::new(8);
     c.bench_function("pool get+return 640x640x3 f32", |b| b.iter(|| black_box(pool.get(3 * 640 * 640))));
@@ -88,5 +113,5 @@ fn plumbing(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, preprocess, db_postprocess, plumbing);
+criterion_group!(benches, preprocess, db_postprocess, nms_bench, plumbing);
 criterion_main!(benches);

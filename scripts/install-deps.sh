@@ -15,7 +15,7 @@ PKGS=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-libav
   # sample generation (fonts for drawtext, speech/audio tools), scripting
-  fonts-dejavu-core espeak-ng sox jq curl ca-certificates
+  fonts-dejavu-core espeak-ng sox jq bc curl ca-certificates
 )
 
 # dpkg-query prints "name status" for known packages; anything not
