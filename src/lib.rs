@@ -15,6 +15,7 @@
 pub mod backend;
 pub mod bench;
 pub mod config;
+pub mod doctor;
 pub mod frame;
 pub mod graph;
 pub mod runtime;

@@ -319,3 +319,56 @@ fn second_signal_exits_at_once() {
     // Lines already written are whole.
     read_ndjson(&ndjson);
 }
+
+#[test]
+fn inspect_reads_signature_and_metadata() {
+    require_assets();
+    let o = bin().args(["inspect", "models/ppocr/ch_PP-OCRv4_det_infer.onnx"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("inputs:\n  x                                float32  [?, 3, ?, ?]\n"), "{text}");
+    assert!(text.contains("outputs:\n  sigmoid_0.tmp_0                  float32  [?, 1, ?, ?]\n"), "{text}");
+    let o = bin().args(["inspect", "models/ppocr/ch_PP-OCRv4_rec_infer.onnx", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["inputs"][0]["name"], "x");
+    assert_eq!(v["outputs"][0]["dims"], serde_json::json!([-1, -1, 6625]));
+    // The recogniser's dictionary: one character per line, 6623 of them (+ blank and space = 6625 classes).
+    let dict = v["metadata"]["character"].as_str().unwrap();
+    assert_eq!(dict.lines().count(), 6623);
+    let o = bin().args(["inspect", "samples/not-media.mp4"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "not a model: {}", stderr(&o));
+    let o = bin().args(["inspect", "models/nothing.onnx"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("models/nothing.onnx: no such model file"));
+}
+
+#[test]
+fn doctor_states_what_this_machine_has() {
+    require_assets();
+    let o = bin().args(["doctor", "--json"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["ffmpeg"]["versions"].as_str().unwrap().starts_with("libavcodec "), "{v}");
+    assert_eq!(v["onnxruntime"]["version"], "1.31.1", "the library scripts/fetch-models.sh installs");
+    assert_eq!(v["onnxruntime"]["origin"], "default");
+    // The PyPI onnxruntime wheel is CPU-only: saying otherwise would be a silent lie.
+    assert_eq!(v["onnxruntime"]["providers"], serde_json::json!(["cpu"]));
+    assert!(v["inference"].as_str().unwrap().starts_with("cpu"), "{v}");
+    let gpu = std::path::Path::new("/dev/nvidia0").exists();
+    if cfg!(feature = "cuda") && !gpu {
+        assert_eq!(v["cuda"]["driver"], false);
+        assert_eq!(v["cuda"]["devices"], 0);
+        assert!(v["decode"].as_str().unwrap().starts_with("FFmpeg software"), "{v}");
+    }
+    if cfg!(feature = "gstreamer") {
+        assert!(v["gstreamer"]["version"].as_str().unwrap().starts_with("GStreamer 1."), "{v}");
+    }
+    let o = bin().args(["doctor"]).env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("ONNX Runtime  not loaded: cannot load ONNX Runtime from /nonexistent/libonnxruntime.so (ORT_DYLIB_PATH)"),
+        "{text}"
+    );
+    assert!(text.contains("=> inference: none: ONNX Runtime could not be loaded"), "{text}");
+}

@@ -317,3 +317,24 @@ impl Drop for Scaler {
         unsafe { ffi::sws_freeContext(self.ctx) };
     }
 }
+
+/// Hardware device types this FFmpeg build supports (`cuda`, `vaapi`, ...).
+pub fn hwaccels() -> Vec<String> {
+    init();
+    let mut out = Vec::new();
+    let mut t = ffi::AVHWDeviceType::AV_HWDEVICE_TYPE_NONE;
+    loop {
+        // SAFETY: iterating device types is a pure lookup in FFmpeg's static tables.
+        t = unsafe { ffi::av_hwdevice_iterate_types(t) };
+        if t == ffi::AVHWDeviceType::AV_HWDEVICE_TYPE_NONE {
+            break;
+        }
+        // SAFETY: returns a static NUL-terminated name (or null for unknown types).
+        let name = unsafe { ffi::av_hwdevice_get_type_name(t) };
+        if !name.is_null() {
+            // SAFETY: non-null, static, NUL-terminated (checked above).
+            out.push(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned());
+        }
+    }
+    out
+}

@@ -15,3 +15,8 @@ mod tests {
         assert!(v.starts_with("GStreamer "), "{v}");
     }
 }
+
+/// Whether GStreamer's NVIDIA codec elements (nvcodec plugin) are installed.
+pub fn has_nvcodec() -> bool {
+    version().is_ok() && gstreamer::ElementFactory::find("nvh264dec").is_some()
+}

@@ -89,13 +89,14 @@ pub fn runtime(explicit: Option<(&Path, &'static str)>) -> Result<&'static OrtRu
 }
 
 impl OrtRuntime {
-    /// `1.31.1`-style version, read from the build info.
+    /// `1.31.1`-style version, from the library's real file name (`libonnxruntime.so.1.31.1`).
     pub fn version(&self) -> String {
-        self.build_info
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .find_map(|s| s.strip_prefix("git-branch=rel-"))
-            .unwrap_or("unknown")
-            .to_string()
+        let real = std::fs::canonicalize(&self.library).unwrap_or_else(|_| self.library.clone());
+        let name = real.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        match name.split_once(".so.") {
+            Some((_, v)) if v.split('.').all(|p| p.parse::<u32>().is_ok()) => v.to_string(),
+            _ => format!("unknown ({name} carries no version)"),
+        }
     }
 
     /// Execution providers compiled into the loaded library.
@@ -222,4 +223,50 @@ pub fn inspect(rt: &OrtRuntime, model: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo
     };
     let s = open_session(rt, model, &opts)?;
     Ok((s.inputs, s.outputs))
+}
+
+/// Everything `inspect` prints about a model.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelReport {
+    pub path: PathBuf,
+    pub inputs: Vec<IoInfo>,
+    pub outputs: Vec<IoInfo>,
+    pub producer: Option<String>,
+    pub graph_name: Option<String>,
+    pub description: Option<String>,
+    pub domain: Option<String>,
+    pub version: Option<i64>,
+    /// Custom metadata (e.g. `character` for PP-OCR recognisers, `names` for YOLO).
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+/// Load `model` on the CPU and read its signature and metadata.
+pub fn model_report(rt: &OrtRuntime, model: &Path) -> Result<ModelReport, OrtError> {
+    let opts = SessionOptions {
+        providers: vec![ProviderSpec { name: ProviderName::Cpu, required: true, device_id: 0 }],
+        intra_threads: 1,
+        inter_threads: 1,
+        spinning: false,
+    };
+    let s = open_session(rt, model, &opts)?;
+    let err = |e: ort::Error| OrtError::Model { model: model.to_path_buf(), reason: e.to_string() };
+    let md = s.session.metadata().map_err(err)?;
+    let mut metadata = std::collections::BTreeMap::new();
+    for k in md.custom_keys().map_err(err)? {
+        if let Some(v) = md.custom(&k) {
+            metadata.insert(k, v);
+        }
+    }
+    Ok(ModelReport {
+        path: model.to_path_buf(),
+        producer: md.producer().filter(|p| !p.is_empty()),
+        graph_name: md.name().filter(|n| !n.is_empty()),
+        description: md.description().filter(|d| !d.is_empty()),
+        domain: md.domain().filter(|d| !d.is_empty()),
+        // ONNX leaves the model version at i64::MAX when unset.
+        version: md.version().filter(|v| *v != i64::MAX),
+        metadata,
+        inputs: s.inputs,
+        outputs: s.outputs,
+    })
 }

@@ -36,6 +36,8 @@ Examples:
   infer-stream validate pipelines/*.toml
   infer-stream graph pipelines/text-detection.toml --format mermaid
   infer-stream bench pipelines/text-detection.toml --isolate
+  infer-stream inspect models/ppocr/ch_PP-OCRv4_det_infer.onnx
+  infer-stream doctor
 
 Exit codes: 0 success, 1 runtime failure, 2 usage or pipeline-file error,
 130/143 stopped by SIGINT/SIGTERM after draining (results flushed).";
@@ -91,6 +93,21 @@ enum Cmd {
         /// Skip loading models (no ONNX Runtime needed).
         #[arg(long)]
         no_models: bool,
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+    },
+    /// Show a model's inputs, outputs, shapes, dtypes and metadata.
+    Inspect {
+        model: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+    },
+    /// Say what this machine can use: FFmpeg and its hwaccels, GStreamer, ONNX Runtime and its providers, CUDA.
+    Doctor {
+        #[arg(long)]
+        json: bool,
         #[arg(long, value_name = "PATH")]
         ort_library: Option<PathBuf>,
     },
@@ -160,6 +177,16 @@ pub fn main() -> ExitCode {
         }
         Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
+        Cmd::Inspect { model, json, ort_library } => inspect(&model, json, ort_library.as_deref()),
+        Cmd::Doctor { json, ort_library } => {
+            let d = infer_stream::doctor::probe(ort_library.as_deref());
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d).expect("doctor report serialises"));
+            } else {
+                print!("{}", d.render());
+            }
+            Ok(exit::OK)
+        }
         Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
             let opts = BenchOptions {
                 build: BuildOptions { ort_library, null_sinks, max_frames: frames },
@@ -239,6 +266,52 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
         }
     }
     if all.is_empty() { Ok(exit::OK) } else { Ok(print_diags(&all)) }
+}
+
+fn inspect(model: &Path, json: bool, ort_library: Option<&Path>) -> Result<u8> {
+    if !model.is_file() {
+        eprintln!("error: {}: no such model file", model.display());
+        return Ok(exit::CONFIG);
+    }
+    let rt = infer_stream::backend::ort::runtime(ort_library.map(|p| (p, "--ort-library")))?;
+    let r = match infer_stream::backend::ort::model_report(rt, model) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(exit::CONFIG);
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(exit::OK);
+    }
+    println!("model: {}", r.path.display());
+    for (k, v) in [("producer", &r.producer), ("graph", &r.graph_name), ("description", &r.description), ("domain", &r.domain)] {
+        if let Some(v) = v {
+            println!("{k}: {v}");
+        }
+    }
+    if let Some(v) = r.version {
+        println!("version: {v}");
+    }
+    for (title, ios) in [("inputs", &r.inputs), ("outputs", &r.outputs)] {
+        println!("{title}:");
+        for io in ios.iter() {
+            println!("  {:<32} {:<8} {}", io.name, io.dtype, io.shape_string());
+        }
+    }
+    if !r.metadata.is_empty() {
+        println!("metadata:");
+        for (k, v) in &r.metadata {
+            let n = v.chars().count();
+            if n > 80 {
+                println!("  {k}: {}… ({n} characters; --json shows all)", v.chars().take(60).collect::<String>().replace('\n', "\\n"));
+            } else {
+                println!("  {k}: {v}");
+            }
+        }
+    }
+    Ok(exit::OK)
 }
 
 fn graph_cmd(path: &Path, format: GraphFormat) -> Result<u8> {
