@@ -7,6 +7,11 @@ pub fn version() -> Result<String, String> {
     Ok(gstreamer::version_string().to_string())
 }
 
+/// Whether GStreamer's NVIDIA codec elements (nvcodec plugin) are installed.
+pub fn has_nvcodec() -> bool {
+    version().is_ok() && gstreamer::ElementFactory::find("nvh264dec").is_some()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -14,9 +19,4 @@ mod tests {
         let v = super::version().expect("GStreamer initialises");
         assert!(v.starts_with("GStreamer "), "{v}");
     }
-}
-
-/// Whether GStreamer's NVIDIA codec elements (nvcodec plugin) are installed.
-pub fn has_nvcodec() -> bool {
-    version().is_ok() && gstreamer::ElementFactory::find("nvh264dec").is_some()
 }
