@@ -372,3 +372,65 @@ fn doctor_states_what_this_machine_has() {
     );
     assert!(text.contains("=> inference: none: ONNX Runtime could not be loaded"), "{text}");
 }
+
+/// Levenshtein distance in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[test]
+fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/ocr.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let truth_v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("samples/eval-720p.truth.json")).unwrap()).unwrap();
+    let lines = read_ndjson(&out.path().join("ocr.ndjson"));
+    assert_eq!(lines.len(), 300);
+    let (mut errors, mut chars, mut spurious) = (0usize, 0usize, 0usize);
+    for l in &lines {
+        let seq = l["seq"].as_u64().unwrap();
+        let seg = truth_v["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["start_frame"].as_u64().unwrap() <= seq && seq < s["end_frame"].as_u64().unwrap())
+            .unwrap();
+        let got: Vec<([f64; 4], String)> = l["results"]["text"]["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let b = t["bbox"].as_array().unwrap();
+                ([0, 1, 2, 3].map(|i| b[i].as_f64().unwrap()), t["text"].as_str().unwrap().to_string())
+            })
+            .collect();
+        for b in seg["boxes"].as_array().unwrap() {
+            let want = b["text"].as_str().unwrap();
+            let tb = ["x0", "y0", "x1", "y1"].map(|k| b[k].as_f64().unwrap());
+            let best = got.iter().filter(|g| iou(&tb, &g.0) >= 0.3).map(|g| edit_distance(want, &g.1)).min();
+            errors += best.unwrap_or(want.chars().count());
+            chars += want.chars().count();
+        }
+        spurious += got
+            .iter()
+            .filter(|g| {
+                seg["boxes"].as_array().unwrap().iter().all(|b| iou(&["x0", "y0", "x1", "y1"].map(|k| b[k].as_f64().unwrap()), &g.0) < 0.1)
+            })
+            .count();
+    }
+    let cer = errors as f64 / chars as f64;
+    eprintln!("OCR character error rate on the evaluation clip: {cer:.4} ({errors} / {chars})");
+    assert!(cer <= 0.05, "CER {cer:.4} > 5%");
+    assert_eq!(spurious, 0, "recognised text where nothing was drawn");
+}

@@ -16,6 +16,8 @@ pub enum NodeKind {
     Preprocess(PreprocessConfig),
     Infer(InferConfig),
     TextDetection(TextDetectionConfig),
+    Crop(CropConfig),
+    TextRecognition(TextRecognitionConfig),
     Ndjson(NdjsonSinkConfig),
     Null(NullSinkConfig),
 }
@@ -27,6 +29,8 @@ impl NodeKind {
             NodeKind::Preprocess(_) => "preprocess",
             NodeKind::Infer(_) => "infer",
             NodeKind::TextDetection(_) => "text_detection",
+            NodeKind::Crop(_) => "crop",
+            NodeKind::TextRecognition(_) => "text_recognition",
             NodeKind::Ndjson(_) => "ndjson",
             NodeKind::Null(_) => "null",
         }
@@ -34,7 +38,7 @@ impl NodeKind {
 }
 
 const SOURCE_KINDS: &[&str] = &["file"];
-const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection"];
+const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition"];
 const SINK_KINDS: &[&str] = &["ndjson", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
@@ -51,6 +55,8 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "preprocess") => NodeKind::Preprocess(PreprocessConfig::deserialize(d)?),
         (Role::Stage, "infer") => NodeKind::Infer(InferConfig::deserialize(d)?),
         (Role::Stage, "text_detection") => NodeKind::TextDetection(TextDetectionConfig::deserialize(d)?),
+        (Role::Stage, "crop") => NodeKind::Crop(CropConfig::deserialize(d)?),
+        (Role::Stage, "text_recognition") => NodeKind::TextRecognition(TextRecognitionConfig::deserialize(d)?),
         (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
@@ -280,6 +286,70 @@ impl Default for TextDetectionConfig {
             output: None,
         }
     }
+}
+
+/// `kind = "crop"`: cut each upstream region (text box) out of the frame,
+/// perspective-rectified, scaled to a fixed height and batched into one tensor
+/// for secondary inference.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CropConfig {
+    /// Crop height in pixels (PP-OCR recognition: 48).
+    #[serde(default = "crop_height")]
+    pub height: Spanned<u32>,
+    /// Width follows the region's aspect ratio, at most this (wider crops are squeezed).
+    #[serde(default = "crop_max_width")]
+    pub max_width: u32,
+    /// Narrowest tensor width (crops are padded to the widest crop in the frame, at least this).
+    #[serde(default = "crop_min_width")]
+    pub min_width: u32,
+    /// Regions taller than wide by this ratio are turned 90° (vertical text).
+    #[serde(default = "crop_rotate_ratio")]
+    pub rotate_ratio: f32,
+    #[serde(default)]
+    pub color: ChannelOrder,
+    #[serde(default = "half3")]
+    pub mean: [f32; 3],
+    #[serde(default = "half3")]
+    pub std: [f32; 3],
+    #[serde(default = "inv255")]
+    pub scale: f32,
+}
+
+fn crop_height() -> Spanned<u32> {
+    Spanned::new(0..0, 48)
+}
+fn crop_max_width() -> u32 {
+    960
+}
+fn crop_min_width() -> u32 {
+    48
+}
+fn crop_rotate_ratio() -> f32 {
+    1.5
+}
+fn half3() -> [f32; 3] {
+    [0.5; 3]
+}
+
+/// `kind = "text_recognition"`: CTC greedy decoding of a recogniser's outputs on crops.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextRecognitionConfig {
+    /// Character list, one per line (default: the model's `character` metadata).
+    pub dictionary: Option<Spanned<String>>,
+    /// Class index of the CTC blank.
+    #[serde(default)]
+    pub blank: usize,
+    /// Strings below this mean confidence are dropped.
+    #[serde(default = "rec_min_score")]
+    pub min_score: f32,
+    /// Model output to read (default: the first).
+    pub output: Option<Spanned<String>>,
+}
+
+fn rec_min_score() -> f32 {
+    0.5
 }
 
 /// `kind = "ndjson"`: one JSON object per frame, one line each.

@@ -65,7 +65,10 @@ fn every_bad_key_of_one_node_is_reported() {
 fn unknown_kind_and_missing_kind() {
     let src = format!("{SOURCE}[stages.a]\nkind = \"prepocess\"\ninputs = [\"cam\"]\n[stages.b]\ninputs = [\"cam\"]\n{SINK}");
     let e = errors(&src);
-    assert_eq!(e[0].0, "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`");
+    assert_eq!(
+        e[0].0,
+        "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`, `crop`, `text_recognition`"
+    );
     assert_eq!(e[0].1.as_deref(), Some("did you mean `preprocess`?"));
     assert_eq!(e[1].0, "p.toml:7:9: stage `b` has no `kind`");
 }
@@ -162,8 +165,11 @@ fn type_mismatch_names_both_ends() {
         "{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\n[sinks.out]\nkind = \"null\"\ninputs = [\"det\"]\n"
     );
     let e = errors(&src);
-    assert_eq!(e[0].0, "p.toml:6:11: type mismatch: stage `det` (infer) takes model input tensors, but `cam` (file) produces video frames");
-    assert_eq!(e[0].1.as_deref(), Some("put a `preprocess` stage in between and name it in `inputs`"));
+    assert_eq!(
+        e[0].0,
+        "p.toml:6:11: type mismatch: stage `det` (infer) takes model input tensors or crop batches, but `cam` (file) produces video frames"
+    );
+    assert_eq!(e[0].1.as_deref(), Some("put a `preprocess` (whole frames) or `crop` (regions) stage in between and name it in `inputs`"));
 }
 
 #[test]
@@ -190,4 +196,20 @@ fn graph_errors_show_alongside_config_errors() {
     );
     let e = headlines(&src);
     assert_eq!(e, vec!["p.toml:7:9: invalid type: string \"x\", expected u32", "p.toml:11:11: sink `out` names unknown input `pree`"]);
+}
+
+#[test]
+fn postprocessors_need_models_run_on_the_right_input() {
+    let head = "[sources.cam]\nkind = \"file\"\nuri = \"/dev/null\"\n[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 64\nheight = 64\n[stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"m.onnx\"\n";
+    // Recognition on a whole-frame model, and a crop stage fed video.
+    let src = format!(
+        "{head}[stages.text]\nkind = \"text_recognition\"\ninputs = [\"det\"]\n[stages.crops]\nkind = \"crop\"\ninputs = [\"cam\"]\n[sinks.out]\nkind = \"null\"\ninputs = [\"text\", \"crops\"]\n"
+    );
+    assert_eq!(
+        headlines(&src),
+        vec![
+            "p.toml:15:11: text_recognition `text` reads a model run on crops (a `crop` stage), but `det` runs on the output of `pre` (preprocess)",
+            "p.toml:18:11: type mismatch: stage `crops` (crop) takes text boxes, but `cam` (file) produces video frames",
+        ]
+    );
 }

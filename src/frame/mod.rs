@@ -91,8 +91,9 @@ pub struct ModelInput {
 #[derive(Debug)]
 pub struct ModelOutputs {
     pub outputs: Vec<(String, Tensor)>,
-    /// Carried over from the input so postprocessors map back to source pixels.
-    pub letterbox: Letterbox,
+    /// Carried over from a whole-frame input so postprocessors map back to
+    /// source pixels (`None` for crops: their regions carry the geometry).
+    pub letterbox: Option<Letterbox>,
 }
 
 impl ModelOutputs {
@@ -132,20 +133,45 @@ fn round_score<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(round_to(*v, 10_000.0))
 }
 
+/// Regions cut out of a frame and batched for secondary inference.
+#[derive(Debug)]
+pub struct CropBatch {
+    /// [N, 3, H, W]; empty (N = 0) when the frame had no regions.
+    pub tensor: Tensor,
+    /// The region each batch entry came from, in order.
+    pub regions: Vec<TextBox>,
+}
+
+/// A recognised string and where it is.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TextLine {
+    pub text: String,
+    /// Mean probability of the kept characters.
+    #[serde(serialize_with = "round_score")]
+    pub score: f32,
+    #[serde(serialize_with = "round_px")]
+    pub bbox: [f32; 4],
+    #[serde(serialize_with = "round_quad")]
+    pub quad: [[f32; 2]; 4],
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
     Input(ModelInput),
     Outputs(ModelOutputs),
     TextBoxes(Vec<TextBox>),
+    Crops(CropBatch),
+    Texts(Vec<TextLine>),
 }
 
 impl Payload {
     /// The JSON sinks write (`None`: internal data such as tensors).
     pub fn to_json(&self) -> Option<serde_json::Value> {
         match self {
-            Payload::Input(_) | Payload::Outputs(_) => None,
+            Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) => None,
             Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
+            Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
         }
     }
 }
@@ -194,6 +220,22 @@ impl Frame {
     pub fn model_input(&self) -> Option<&ModelInput> {
         self.results.iter().rev().find_map(|a| match &*a.payload {
             Payload::Input(i) => Some(i),
+            _ => None,
+        })
+    }
+
+    /// The most recent crop batch attached.
+    pub fn crops(&self) -> Option<&CropBatch> {
+        self.results.iter().rev().find_map(|a| match &*a.payload {
+            Payload::Crops(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    /// The most recent text boxes attached.
+    pub fn text_boxes(&self) -> Option<&[TextBox]> {
+        self.results.iter().rev().find_map(|a| match &*a.payload {
+            Payload::TextBoxes(b) => Some(b.as_slice()),
             _ => None,
         })
     }

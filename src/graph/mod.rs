@@ -15,6 +15,8 @@ pub enum DataType {
     Tensor,
     ModelOutputs,
     TextBoxes,
+    Crops,
+    Texts,
     /// Sinks produce nothing.
     Nothing,
 }
@@ -26,6 +28,8 @@ impl DataType {
             DataType::Tensor => "model input tensors",
             DataType::ModelOutputs => "model outputs",
             DataType::TextBoxes => "text boxes",
+            DataType::Crops => "crop batches",
+            DataType::Texts => "recognised text",
             DataType::Nothing => "nothing",
         }
     }
@@ -37,18 +41,31 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Preprocess(_) => DataType::Tensor,
         NodeKind::Infer(_) => DataType::ModelOutputs,
         NodeKind::TextDetection(_) => DataType::TextBoxes,
+        NodeKind::Crop(_) => DataType::Crops,
+        NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Ndjson(_) | NodeKind::Null(_) => DataType::Nothing,
     }
 }
 
-/// What a node accepts (`None`: anything).
-fn input_type(kind: &NodeKind) -> Option<(DataType, &'static str)> {
+/// What a node accepts (`None`: anything), and how to fix a mismatch.
+fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
     match kind {
-        NodeKind::Preprocess(_) => Some((DataType::Video, "connect a video source here")),
-        NodeKind::Infer(_) => Some((DataType::Tensor, "put a `preprocess` stage in between and name it in `inputs`")),
-        NodeKind::TextDetection(_) => Some((DataType::ModelOutputs, "name an `infer` stage running a text detection model in `inputs`")),
+        NodeKind::Preprocess(_) => Some((&[DataType::Video], "connect a video source here")),
+        NodeKind::Infer(_) => Some((
+            &[DataType::Tensor, DataType::Crops],
+            "put a `preprocess` (whole frames) or `crop` (regions) stage in between and name it in `inputs`",
+        )),
+        NodeKind::TextDetection(_) => Some((&[DataType::ModelOutputs], "name an `infer` stage running a text detection model in `inputs`")),
+        NodeKind::Crop(_) => Some((&[DataType::TextBoxes], "name a `text_detection` stage in `inputs`: its boxes are the regions to crop")),
+        NodeKind::TextRecognition(_) => {
+            Some((&[DataType::ModelOutputs], "name an `infer` stage that runs a recogniser on a `crop` stage's output"))
+        }
         _ => None,
     }
+}
+
+fn describe_types(types: &[DataType]) -> String {
+    types.iter().map(|t| t.describe()).collect::<Vec<_>>().join(" or ")
 }
 
 /// The checked graph: edges by node index, in the config's node order.
@@ -77,6 +94,7 @@ impl Graph {
                     Layout::Nhwc => vec![1, h, w, 3],
                 })
             }
+            NodeKind::Crop(c) => Some(vec![1, 3, *c.height.get_ref() as usize, (c.max_width as usize).min(320)]),
             _ => None,
         })
     }
@@ -159,7 +177,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             consumers[p].push(i);
             let got = output_type(&prod.kind);
             if let Some((want, help)) = input_type(&node.kind)
-                && got != want
+                && !want.contains(&got)
             {
                 diags.push(
                     cfg.diag(
@@ -169,13 +187,42 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                             node.role.noun(),
                             node.name,
                             node.kind.name(),
-                            want.describe(),
+                            describe_types(want),
                             prod.kind.name(),
                             got.describe()
                         ),
                     )
                     .with_help(help),
                 );
+            }
+        }
+    }
+
+    // Postprocessors need outputs of models run on the right thing: whole frames or crops.
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        let (want_crops, what) = match node.kind {
+            NodeKind::TextDetection(_) => (false, "whole frames (a `preprocess` stage)"),
+            NodeKind::TextRecognition(_) => (true, "crops (a `crop` stage)"),
+            _ => continue,
+        };
+        for &p in &producers[i] {
+            for &pp in &producers[p] {
+                let on_crops = matches!(cfg.nodes[pp].kind, NodeKind::Crop(_));
+                if on_crops != want_crops {
+                    let span =
+                        node.inputs.iter().find(|s| s.get_ref() == &cfg.nodes[p].name).map(|s| s.span()).unwrap_or(node.name_span.clone());
+                    diags.push(cfg.diag(
+                        span,
+                        format!(
+                            "{} `{}` reads a model run on {what}, but `{}` runs on the output of `{}` ({})",
+                            node.kind.name(),
+                            node.name,
+                            cfg.nodes[p].name,
+                            cfg.nodes[pp].name,
+                            cfg.nodes[pp].kind.name()
+                        ),
+                    ));
+                }
             }
         }
     }

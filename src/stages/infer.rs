@@ -132,12 +132,17 @@ impl Stage for Infer {
             .results
             .iter()
             .rev()
-            .find(|a| matches!(&*a.payload, Payload::Input(_)))
+            .find(|a| matches!(&*a.payload, Payload::Input(_) | Payload::Crops(_)))
             .map(|a| Arc::clone(&a.payload))
-            .ok_or_else(|| StageError::Frame("no model input on the frame (is a preprocess stage upstream?)".into()))?;
-        let Payload::Input(mi) = &*payload else { unreachable!("matched above") };
-        let letterbox = mi.letterbox;
-        let outputs = self.run(&mi.tensor.shape, &mi.tensor.data).map_err(StageError::Frame)?;
+            .ok_or_else(|| StageError::Frame("no model input on the frame (is a preprocess or crop stage upstream?)".into()))?;
+        let (tensor, letterbox) = match &*payload {
+            Payload::Input(mi) => (&mi.tensor, Some(mi.letterbox)),
+            Payload::Crops(c) => (&c.tensor, None),
+            _ => unreachable!("matched above"),
+        };
+        // A frame without regions has nothing to run on.
+        let outputs =
+            if tensor.shape.first() == Some(&0) { Vec::new() } else { self.run(&tensor.shape, &tensor.data).map_err(StageError::Frame)? };
         frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
         Ok(())
     }

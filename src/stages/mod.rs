@@ -5,6 +5,7 @@
 //! [`Sink`] that consumes frames. The runtime owns threads, queues and
 //! accounting; stages only see frames.
 
+pub mod crop;
 pub mod infer;
 pub mod postprocess;
 pub mod preprocess;
@@ -102,6 +103,41 @@ pub fn ort_runtime(cfg: &PipelineConfig, opts: &BuildOptions) -> Result<&'static
     })
 }
 
+/// The recogniser's characters: the `dictionary` file, else the `character`
+/// metadata of the model in the infer stage feeding node `i`.
+fn charset(
+    cfg: &PipelineConfig,
+    graph: &Graph,
+    i: usize,
+    c: &crate::config::TextRecognitionConfig,
+    rt: Option<&OrtRuntime>,
+) -> Result<postprocess::ctc::Charset, Diagnostic> {
+    let node = &cfg.nodes[i];
+    if let Some(d) = &c.dictionary {
+        let path = cfg.resolve_path(d)?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| cfg.diag(d.span(), format!("cannot read dictionary {}: {e}", path.display())))?;
+        return Ok(postprocess::ctc::Charset::new(&text, c.blank));
+    }
+    let infer = graph.producers[i].iter().find_map(|&p| match &cfg.nodes[p].kind {
+        NodeKind::Infer(ic) => Some(ic),
+        _ => None,
+    });
+    let (Some(ic), Some(rt)) = (infer, rt) else {
+        return Err(cfg
+            .diag(node.kind_span.clone(), format!("text_recognition `{}` has no dictionary", node.name))
+            .with_help("set `dictionary = \"keys.txt\"`, or feed it an infer stage whose model has `character` metadata"));
+    };
+    let model = cfg.resolve_path(&ic.model)?;
+    let report = crate::backend::ort::model_report(rt, &model).map_err(|e| cfg.diag(ic.model.span(), e.to_string()))?;
+    match report.metadata.get("character") {
+        Some(chars) => Ok(postprocess::ctc::Charset::new(chars, c.blank)),
+        None => Err(cfg
+            .diag(node.kind_span.clone(), format!("model {} has no `character` metadata", ic.model.get_ref()))
+            .with_help("set `dictionary = \"keys.txt\"` (one character per line)")),
+    }
+}
+
 /// Models' declared inputs and outputs, per infer node.
 pub type ModelIo = HashMap<String, (Vec<IoInfo>, Vec<IoInfo>)>;
 
@@ -141,6 +177,11 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 None => continue,
             },
             NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(postprocess::db::TextDetection::new(name, c.clone())))),
+            NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
+            NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
+                Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
+                Err(d) => Err(d),
+            },
             _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
             NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),

@@ -16,7 +16,7 @@ use crate::stages::{Stage, StageError};
 /// Per-channel lookup: byte value → normalised float.
 #[derive(Clone)]
 pub struct NormTable {
-    lut: [[f32; 256]; 3],
+    pub(crate) lut: [[f32; 256]; 3],
     pad: [f32; 3],
 }
 

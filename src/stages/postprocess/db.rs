@@ -150,7 +150,10 @@ impl Stage for TextDetection {
                 return Err(StageError::Frame(format!("probability map must be [1, 1, H, W], got {s:?}")));
             }
         };
-        let boxes = detect(&t.data, w, h, &self.cfg, &out.letterbox, &mut self.scratch);
+        let lb = out
+            .letterbox
+            .ok_or_else(|| StageError::Frame("model outputs carry no letterbox (the model ran on crops, not on the frame)".into()))?;
+        let boxes = detect(&t.data, w, h, &self.cfg, &lb, &mut self.scratch);
         frame.attach(&self.name, Payload::TextBoxes(boxes));
         Ok(())
     }

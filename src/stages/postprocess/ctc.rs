@@ -1,0 +1,147 @@
+//! `kind = "text_recognition"`: CTC greedy decoding of a text recogniser's
+//! outputs (e.g. PP-OCR rec, [N, T, C] probabilities) into one string per crop.
+
+use std::sync::Arc;
+
+use crate::config::TextRecognitionConfig;
+use crate::frame::{Frame, Payload, TextLine};
+use crate::stages::{Stage, StageError};
+
+/// Class index → character: `blank` is the CTC blank, the classes after it are
+/// the dictionary in order, and one more class (if the model has it) is a space.
+#[derive(Debug, Clone)]
+pub struct Charset {
+    chars: Vec<String>,
+    blank: usize,
+}
+
+impl Charset {
+    /// `dictionary`: one character per line (PP-OCR's `character` metadata or keys file).
+    pub fn new(dictionary: &str, blank: usize) -> Self {
+        let mut chars: Vec<String> = dictionary.lines().map(str::to_string).collect();
+        chars.push(" ".into());
+        Charset { chars, blank }
+    }
+
+    pub fn len(&self) -> usize {
+        self.chars.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chars.is_empty()
+    }
+
+    fn get(&self, class: usize) -> Option<&str> {
+        let i = if class > self.blank { class - 1 } else { class };
+        self.chars.get(i).map(String::as_str)
+    }
+}
+
+/// Greedy CTC: best class per time step, repeats collapsed, blanks removed.
+/// Returns the string and the mean probability of the kept steps.
+pub fn decode(probs: &[f32], steps: usize, classes: usize, charset: &Charset) -> (String, f32) {
+    let mut text = String::new();
+    let (mut sum, mut n) = (0f32, 0u32);
+    let mut prev = usize::MAX;
+    for t in 0..steps {
+        let row = &probs[t * classes..(t + 1) * classes];
+        let (best, p) = row.iter().enumerate().fold((0, f32::MIN), |acc, (i, &v)| if v > acc.1 { (i, v) } else { acc });
+        if best != charset.blank
+            && best != prev
+            && let Some(c) = charset.get(best)
+        {
+            text.push_str(c);
+            sum += p;
+            n += 1;
+        }
+        prev = best;
+    }
+    (text, if n == 0 { 0.0 } else { sum / n as f32 })
+}
+
+pub struct TextRecognition {
+    name: Arc<str>,
+    cfg: TextRecognitionConfig,
+    charset: Charset,
+}
+
+impl TextRecognition {
+    pub fn new(name: Arc<str>, cfg: TextRecognitionConfig, charset: Charset) -> Self {
+        TextRecognition { name, cfg, charset }
+    }
+}
+
+impl Stage for TextRecognition {
+    fn describe(&self) -> String {
+        format!("CTC greedy decode, {} characters, min_score {}", self.charset.len(), self.cfg.min_score)
+    }
+
+    fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        let crops = frame.crops().ok_or_else(|| StageError::Frame("no crops on the frame (is a crop stage upstream?)".into()))?;
+        let regions = &crops.regions;
+        let mut lines = Vec::with_capacity(regions.len());
+        if !regions.is_empty() {
+            let out = frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame".into()))?;
+            let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());
+            let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
+            let (n, steps, classes) = match t.shape.as_slice() {
+                [n, s, c] => (*n, *s, *c),
+                s => return Err(StageError::Frame(format!("recogniser output must be [N, T, C], got {s:?}"))),
+            };
+            if n != regions.len() {
+                return Err(StageError::Frame(format!("{} crops but {n} recognitions", regions.len())));
+            }
+            if classes > self.charset.len() + 1 {
+                return Err(StageError::Frame(format!(
+                    "model has {classes} classes but the dictionary {} characters (+ blank)",
+                    self.charset.len()
+                )));
+            }
+            for (i, r) in regions.iter().enumerate() {
+                let (text, score) = decode(&t.data[i * steps * classes..(i + 1) * steps * classes], steps, classes, &self.charset);
+                if !text.is_empty() && score >= self.cfg.min_score {
+                    lines.push(TextLine { text, score, bbox: r.bbox, quad: r.quad });
+                }
+            }
+        }
+        frame.attach(&self.name, Payload::Texts(lines));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One-hot-ish probabilities for a class sequence.
+    fn probs(seq: &[usize], classes: usize) -> Vec<f32> {
+        let mut v = vec![0.01f32; seq.len() * classes];
+        for (t, &c) in seq.iter().enumerate() {
+            v[t * classes + c] = 0.9;
+        }
+        v
+    }
+
+    #[test]
+    fn collapses_repeats_and_drops_blanks() {
+        // Classes: 0 blank, 1 'a', 2 'b', 3 'l', 4 space.
+        let cs = Charset::new("a\nb\nl", 0);
+        let seq = [0, 2, 2, 1, 0, 3, 3, 0, 3, 4, 1, 0];
+        let (text, score) = decode(&probs(&seq, 5), seq.len(), 5, &cs);
+        assert_eq!(text, "ball a");
+        assert!((score - 0.9).abs() < 1e-6);
+    }
+
+    #[test]
+    fn all_blank_is_empty() {
+        let cs = Charset::new("a", 0);
+        assert_eq!(decode(&probs(&[0, 0, 0], 3), 3, 3, &cs), (String::new(), 0.0));
+    }
+
+    #[test]
+    fn multibyte_characters() {
+        let cs = Charset::new("疗\n绚\n1", 0);
+        let seq = [1, 0, 2, 3];
+        assert_eq!(decode(&probs(&seq, 5), 4, 5, &cs).0, "疗绚1");
+    }
+}
