@@ -18,6 +18,7 @@ pub enum NodeKind {
     TextDetection(TextDetectionConfig),
     Crop(CropConfig),
     TextRecognition(TextRecognitionConfig),
+    Detection(DetectionConfig),
     Ndjson(NdjsonSinkConfig),
     Null(NullSinkConfig),
 }
@@ -31,6 +32,7 @@ impl NodeKind {
             NodeKind::TextDetection(_) => "text_detection",
             NodeKind::Crop(_) => "crop",
             NodeKind::TextRecognition(_) => "text_recognition",
+            NodeKind::Detection(_) => "detection",
             NodeKind::Ndjson(_) => "ndjson",
             NodeKind::Null(_) => "null",
         }
@@ -38,7 +40,7 @@ impl NodeKind {
 }
 
 const SOURCE_KINDS: &[&str] = &["file"];
-const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition"];
+const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection"];
 const SINK_KINDS: &[&str] = &["ndjson", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
@@ -57,6 +59,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "text_detection") => NodeKind::TextDetection(TextDetectionConfig::deserialize(d)?),
         (Role::Stage, "crop") => NodeKind::Crop(CropConfig::deserialize(d)?),
         (Role::Stage, "text_recognition") => NodeKind::TextRecognition(TextRecognitionConfig::deserialize(d)?),
+        (Role::Stage, "detection") => NodeKind::Detection(DetectionConfig::deserialize(d)?),
         (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
@@ -350,6 +353,54 @@ pub struct TextRecognitionConfig {
 
 fn rec_min_score() -> f32 {
     0.5
+}
+
+/// Output layout of a YOLO-family detector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum YoloFormat {
+    /// From the output shape: [B, 4+nc, N] (N > 4+nc) → yolov8; [B, N, 6] → end2end; otherwise yolov5.
+    #[default]
+    Auto,
+    /// ultralytics v8/v11: [B, 4 + classes, N], boxes cx, cy, w, h.
+    Yolov8,
+    /// v5: [B, N, 5 + classes], cx, cy, w, h, objectness, class scores.
+    Yolov5,
+    /// NMS-free end to end (v10, YOLO26): [B, N, 6] = x0, y0, x1, y1, score, class.
+    End2end,
+}
+
+/// `kind = "detection"`: YOLO-family outputs → boxes, classes and scores in source pixels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectionConfig {
+    #[serde(default)]
+    pub format: YoloFormat,
+    /// Minimum score kept.
+    #[serde(default = "det_confidence")]
+    pub confidence: f32,
+    /// NMS IoU threshold (same-class boxes overlapping more are suppressed).
+    #[serde(default = "det_iou")]
+    pub iou: f32,
+    #[serde(default = "det_max")]
+    pub max_detections: usize,
+    /// Suppress overlapping boxes whatever their class.
+    #[serde(default)]
+    pub class_agnostic: bool,
+    /// Class names, one per line (default: the model's `names` metadata).
+    pub labels: Option<Spanned<String>>,
+    /// Model output to read (default: the first).
+    pub output: Option<Spanned<String>>,
+}
+
+fn det_confidence() -> f32 {
+    0.25
+}
+fn det_iou() -> f32 {
+    0.45
+}
+fn det_max() -> usize {
+    300
 }
 
 /// `kind = "ndjson"`: one JSON object per frame, one line each.

@@ -155,9 +155,22 @@ pub struct TextLine {
     pub quad: [[f32; 2]; 4],
 }
 
+/// A detected object in source pixels.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Object {
+    #[serde(serialize_with = "round_px")]
+    pub bbox: [f32; 4],
+    #[serde(serialize_with = "round_score")]
+    pub score: f32,
+    pub class: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<Arc<str>>,
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
+    Objects(Vec<Object>),
     Input(ModelInput),
     Outputs(ModelOutputs),
     TextBoxes(Vec<TextBox>),
@@ -172,6 +185,7 @@ impl Payload {
             Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) => None,
             Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
             Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
+            Payload::Objects(o) => Some(serde_json::json!({ "detections": o })),
         }
     }
 }

@@ -17,6 +17,7 @@ pub enum DataType {
     TextBoxes,
     Crops,
     Texts,
+    Objects,
     /// Sinks produce nothing.
     Nothing,
 }
@@ -30,6 +31,7 @@ impl DataType {
             DataType::TextBoxes => "text boxes",
             DataType::Crops => "crop batches",
             DataType::Texts => "recognised text",
+            DataType::Objects => "detections",
             DataType::Nothing => "nothing",
         }
     }
@@ -43,6 +45,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::TextDetection(_) => DataType::TextBoxes,
         NodeKind::Crop(_) => DataType::Crops,
         NodeKind::TextRecognition(_) => DataType::Texts,
+        NodeKind::Detection(_) => DataType::Objects,
         NodeKind::Ndjson(_) | NodeKind::Null(_) => DataType::Nothing,
     }
 }
@@ -201,7 +204,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     // Postprocessors need outputs of models run on the right thing: whole frames or crops.
     for (i, node) in cfg.nodes.iter().enumerate() {
         let (want_crops, what) = match node.kind {
-            NodeKind::TextDetection(_) => (false, "whole frames (a `preprocess` stage)"),
+            NodeKind::TextDetection(_) | NodeKind::Detection(_) => (false, "whole frames (a `preprocess` stage)"),
             NodeKind::TextRecognition(_) => (true, "crops (a `crop` stage)"),
             _ => continue,
         };

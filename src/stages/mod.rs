@@ -138,6 +138,29 @@ fn charset(
     }
 }
 
+/// Class names: the `labels` file, else the `names` metadata of the model feeding node `i` (empty if it has none).
+fn class_names(
+    cfg: &PipelineConfig,
+    graph: &Graph,
+    i: usize,
+    c: &crate::config::DetectionConfig,
+    rt: Option<&OrtRuntime>,
+) -> Result<Vec<String>, Diagnostic> {
+    if let Some(l) = &c.labels {
+        let path = cfg.resolve_path(l)?;
+        let text = std::fs::read_to_string(&path).map_err(|e| cfg.diag(l.span(), format!("cannot read labels {}: {e}", path.display())))?;
+        return Ok(text.lines().map(|s| s.trim().to_string()).collect());
+    }
+    let infer = graph.producers[i].iter().find_map(|&p| match &cfg.nodes[p].kind {
+        NodeKind::Infer(ic) => Some(ic),
+        _ => None,
+    });
+    let (Some(ic), Some(rt)) = (infer, rt) else { return Ok(Vec::new()) };
+    let model = cfg.resolve_path(&ic.model)?;
+    let report = crate::backend::ort::model_report(rt, &model).map_err(|e| cfg.diag(ic.model.span(), e.to_string()))?;
+    Ok(report.metadata.get("names").map(|n| postprocess::yolo::parse_names(n)).unwrap_or_default())
+}
+
 /// Models' declared inputs and outputs, per infer node.
 pub type ModelIo = HashMap<String, (Vec<IoInfo>, Vec<IoInfo>)>;
 
@@ -177,6 +200,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 None => continue,
             },
             NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(postprocess::db::TextDetection::new(name, c.clone())))),
+            NodeKind::Detection(c) => class_names(cfg, graph, i, c, rt)
+                .map(|names| Body::Stage(Box::new(postprocess::yolo::Yolo::new(name, c.clone(), names)) as Box<dyn Stage>)),
             NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),

@@ -4,3 +4,4 @@ pub mod ctc;
 pub mod db;
 pub mod geometry;
 pub mod nms;
+pub mod yolo;
