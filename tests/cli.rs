@@ -295,7 +295,7 @@ fn ndjson_to_stdout_keeps_stdout_clean() {
 fn second_signal_exits_at_once() {
     require_assets();
     let out = tempfile::tempdir().unwrap();
-    let mut child = bin()
+    let child = bin()
         .args(["run", "tests/data/eval.toml", "--progress", "never"])
         .env("INFER_STREAM_TEST_OUT", out.path())
         .stderr(std::process::Stdio::piped())
