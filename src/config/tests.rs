@@ -191,3 +191,28 @@ fn graph_errors_show_alongside_config_errors() {
     let e = headlines(&src);
     assert_eq!(e, vec!["p.toml:7:9: invalid type: string \"x\", expected u32", "p.toml:11:11: sink `out` names unknown input `pree`"]);
 }
+
+#[test]
+fn metrics_addr_is_an_ip_and_port() {
+    let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"127.0.0.1:9464\"\n{SOURCE}{SINK}")).unwrap();
+    assert_eq!(cfg.metrics_addr().unwrap(), Some("127.0.0.1:9464".parse().unwrap()));
+    let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"[::1]:0\"\n{SOURCE}{SINK}")).unwrap();
+    assert_eq!(cfg.metrics_addr().unwrap(), Some("[::1]:0".parse().unwrap()));
+    let cfg = parse(Path::new("p.toml"), format!("{SOURCE}{SINK}")).unwrap();
+    assert_eq!(cfg.metrics_addr().unwrap(), None, "nothing listens unless asked");
+    let e = errors(&format!("[pipeline]\nname = \"x\"\nmetrics_addr = \"localhost:9464\"\n{SOURCE}{SINK}"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].0, "p.toml:3:16: invalid `metrics_addr` `localhost:9464`: expected IP:PORT");
+    assert_eq!(
+        e[0].1.as_deref(),
+        Some("write an IP address and a port, e.g. `127.0.0.1:9464` (this machine only) or `0.0.0.0:9464` (every interface)")
+    );
+    assert_eq!(
+        headlines(&format!("[pipeline]\nmetrics_addr = \"9464\"\n{SOURCE}{SINK}")),
+        vec!["p.toml:2:16: invalid `metrics_addr` `9464`: expected IP:PORT"]
+    );
+    assert_eq!(
+        headlines(&format!("[pipeline]\nmetrics_addr = 9464\n{SOURCE}{SINK}")),
+        vec!["p.toml:2:16: invalid type: integer `9464`, expected a string"]
+    );
+}
