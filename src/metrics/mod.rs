@@ -249,7 +249,7 @@ impl Collector for Metrics {
         gauges(
             &mut enc,
             "infer_stream_node_queue_max_depth",
-            "Most frames seen in a node's input queue.",
+            "Most frames waiting for a node at once (its queue and the frame it just took).",
             queued().map(|(l, s)| (l, size(&s.max_depth))),
         )?;
         family(
