@@ -16,6 +16,8 @@ PKGS=(
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-libav
   # sample generation (fonts for drawtext, speech/audio tools), scripting
   fonts-dejavu-core espeak-ng sox jq bc curl ca-certificates
+  # a real Prometheus server for the metrics integration test
+  prometheus
 )
 
 # dpkg-query prints "name status" for known packages; anything not

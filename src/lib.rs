@@ -6,6 +6,7 @@
 //! - [`runtime`] runs one thread per node over bounded channels, with accounting and shutdown;
 //! - [`frame`] is what flows: a decoded image, its metadata and the results stages attach;
 //! - [`stages`] are the sources, preprocess, inference, postprocess and sinks;
+//! - [`metrics`] serves those same counters to Prometheus, with health checks;
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -18,5 +19,6 @@ pub mod config;
 pub mod doctor;
 pub mod frame;
 pub mod graph;
+pub mod metrics;
 pub mod runtime;
 pub mod stages;

@@ -218,7 +218,7 @@ pub fn bench(cfg: &PipelineConfig, graph: &Graph, opts: &BenchOptions) -> Result
             t,
             frames,
             fps: (frames - pf) as f64 / (t - pt).max(1e-6),
-            queue_depth: stats.iter().map(|s| s.depth()).collect(),
+            queue_depth: stats.iter().map(|s| s.depth() as usize).collect(),
             cpu_percent: cpu.percent_since_last(),
         });
     };

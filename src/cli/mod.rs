@@ -1,6 +1,7 @@
 //! Command-line interface: argument parsing, logging, exit codes.
 
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use infer_stream::bench::BenchOptions;
 use infer_stream::config::{self, Diagnostics, PipelineConfig};
 use infer_stream::frame::Accounting;
 use infer_stream::graph::{self, Graph};
+use infer_stream::metrics::{Metrics, MetricsServer};
 use infer_stream::runtime::trace::Tracer;
 use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
 use infer_stream::stages::{self, BuildOptions};
@@ -33,6 +35,7 @@ const EXAMPLES: &str = "\
 Examples:
   infer-stream run pipelines/text-detection.toml
   infer-stream run pipelines/text-detection.toml --ort-library /opt/onnxruntime/lib/libonnxruntime.so
+  infer-stream run pipelines/text-detection.toml --metrics-addr 127.0.0.1:9464
   infer-stream validate pipelines/*.toml
   infer-stream graph pipelines/text-detection.toml --format mermaid
   infer-stream bench pipelines/text-detection.toml --isolate
@@ -85,6 +88,10 @@ enum Cmd {
         /// Write a Chrome trace (one span per frame per node, queue waits): open in Perfetto or chrome://tracing.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Serve Prometheus /metrics, /healthz and /readyz on exactly this IP:PORT while the
+        /// pipeline runs (overrides [pipeline] metrics_addr; 127.0.0.1 keeps it on this machine).
+        #[arg(long, value_name = "IP:PORT")]
+        metrics_addr: Option<SocketAddr>,
     },
     /// Check pipeline files (syntax, graph, types, files, models) without running them.
     Validate {
@@ -172,8 +179,8 @@ pub fn main() -> ExitCode {
     init_logging(cli.verbose, cli.quiet);
     let quiet = cli.quiet;
     let r = match cli.cmd {
-        Cmd::Run { pipeline, ort_library, progress, report, trace } => {
-            run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), quiet)
+        Cmd::Run { pipeline, ort_library, progress, report, trace, metrics_addr } => {
+            run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), metrics_addr, quiet)
         }
         Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
@@ -329,15 +336,50 @@ fn graph_cmd(path: &Path, format: GraphFormat) -> Result<u8> {
     Ok(exit::OK)
 }
 
-/// Load, check, build and model-check: everything that can fail before the run.
-fn prepare(path: &Path, opts: &BuildOptions) -> Result<(PipelineConfig, Graph, Vec<stages::Body>), Diagnostics> {
-    let (cfg, graph) = load_checked(path)?;
-    let (bodies, models) = stages::build(&cfg, &graph, opts)?;
-    let d = graph::check_models(&cfg, &graph, &models);
+/// Build a checked file's nodes (open sources, load models) and check the models fit.
+fn build_checked(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result<Vec<stages::Body>, Diagnostics> {
+    let (bodies, models) = stages::build(cfg, graph, opts)?;
+    let d = graph::check_models(cfg, graph, &models);
     if !d.is_empty() {
         return Err(d);
     }
-    Ok((cfg, graph, bodies))
+    Ok(bodies)
+}
+
+/// Listen for scrapes when `--metrics-addr` (which wins) or `[pipeline] metrics_addr` asks for
+/// it, before the pipeline is built: a port that cannot be had fails at once with exit code 2,
+/// and `/readyz` answers "not ready" while models load. `Err` holds the exit code.
+fn start_metrics(cfg: &PipelineConfig, cli: Option<SocketAddr>, metrics: &Arc<Metrics>) -> Result<Option<MetricsServer>, u8> {
+    let addr = match cli {
+        Some(a) => a,
+        None => match cfg.metrics_addr() {
+            Ok(Some(a)) => a,
+            Ok(None) => return Ok(None),
+            Err(d) => return Err(print_diags(&Diagnostics(vec![d]))),
+        },
+    };
+    match MetricsServer::start(addr, metrics.clone()) {
+        Ok(server) => {
+            tracing::info!("metrics on http://{}/metrics (health: /healthz, /readyz)", server.local_addr());
+            Ok(Some(server))
+        }
+        Err(e) => match (&cfg.settings.metrics_addr, cli) {
+            (Some(v), None) => {
+                let d = cfg.diag(v.span(), e.to_string());
+                Err(print_diags(&Diagnostics(vec![match e.help() {
+                    Some(h) => d.with_help(h),
+                    None => d,
+                }])))
+            }
+            _ => {
+                eprintln!("error: --metrics-addr: {e}");
+                if let Some(h) = e.help() {
+                    eprintln!("  = help: {h}");
+                }
+                Err(exit::CONFIG)
+            }
+        },
+    }
 }
 
 /// First signal: stop sources and drain. Second: exit at once.
@@ -363,11 +405,21 @@ fn run(
     progress: Progress,
     report_path: Option<&Path>,
     trace: Option<&Path>,
+    metrics_addr: Option<SocketAddr>,
     quiet: bool,
 ) -> Result<u8> {
     let opts = BuildOptions { ort_library, ..Default::default() };
-    let (cfg, graph, bodies) = match prepare(path, &opts) {
+    let (cfg, graph) = match load_checked(path) {
         Ok(x) => x,
+        Err(d) => return Ok(print_diags(&d)),
+    };
+    let metrics = Metrics::new();
+    let server = match start_metrics(&cfg, metrics_addr, &metrics) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let bodies = match build_checked(&cfg, &graph, &opts) {
+        Ok(b) => b,
         Err(d) => return Ok(print_diags(&d)),
     };
     let mut pipeline = Pipeline::new(&cfg, graph, bodies);
@@ -388,6 +440,7 @@ fn run(
             Progress::Never => false,
         };
     let acct = Arc::new(Accounting::default());
+    metrics.watch(&pipeline, acct.clone(), sd.clone());
     let bar = show.then(|| progress_bar(pipeline.expected_frames()));
     let acct2 = acct.clone();
     let mut tick = |_: &[Arc<NodeStats>], elapsed: Duration| {
@@ -410,6 +463,10 @@ fn run(
     if let (Some(t), Some(p)) = (&tracer, trace) {
         t.write(p).with_context(|| format!("writing {}", p.display()))?;
         tracing::info!("trace: {} spans in {}", t.span_count(), p.display());
+    }
+    // Scrapes see the final counters until here; then the port closes and the process can exit.
+    if let Some(s) = server {
+        s.stop();
     }
     if let Some(f) = &report.fatal {
         eprintln!("error: {f}");

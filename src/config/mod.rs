@@ -9,6 +9,7 @@
 pub mod diag;
 mod kinds;
 
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -102,6 +103,8 @@ pub struct Settings {
     pub ort_library: Option<Spanned<String>>,
     /// Default error policy for stages that do not set `on_error`.
     pub on_error: Option<OnError>,
+    /// Serve Prometheus metrics and health checks on this `IP:PORT` (see [`PipelineConfig::metrics_addr`]).
+    pub metrics_addr: Option<Spanned<String>>,
 }
 
 /// One node of the graph, as configured.
@@ -150,6 +153,17 @@ impl PipelineConfig {
         let expanded = self.expand(value)?;
         let p = Path::new(&expanded);
         Ok(if p.is_absolute() || is_url(&expanded) || expanded == "-" { p.to_path_buf() } else { self.base_dir.join(p) })
+    }
+
+    /// `[pipeline] metrics_addr`, expanded and parsed: exactly the `IP:PORT` written
+    /// (no host names, no default interface), so nothing listens beyond what the user asked for.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, Diagnostic> {
+        let Some(value) = &self.settings.metrics_addr else { return Ok(None) };
+        let text = self.expand(value)?;
+        text.parse().map(Some).map_err(|_| {
+            self.diag(value.span(), format!("invalid `metrics_addr` `{text}`: expected IP:PORT"))
+                .with_help("write an IP address and a port, e.g. `127.0.0.1:9464` (this machine only) or `0.0.0.0:9464` (every interface)")
+        })
     }
 
     /// Expand `${VAR}` from the environment; an unset variable is an error at the string.
@@ -248,7 +262,7 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
         match section {
             "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
                 Ok(s) => cfg.settings = s,
-                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error"]))),
+                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr"]))),
             },
             "sources" | "stages" | "sinks" => {
                 let role = match section {
@@ -292,6 +306,9 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
         n.on_error = n.on_error_set.unwrap_or(default_policy);
     }
     cfg.source = source;
+    if let Err(d) = cfg.metrics_addr() {
+        diags.push(d);
+    }
     diags.sort();
     (Some(cfg), diags)
 }

@@ -67,7 +67,7 @@ fn unknown_kind_and_missing_kind() {
     let e = errors(&src);
     assert_eq!(
         e[0].0,
-        "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`, `crop`, `text_recognition`"
+        "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`, `crop`, `text_recognition`, `detection`"
     );
     assert_eq!(e[0].1.as_deref(), Some("did you mean `preprocess`?"));
     assert_eq!(e[1].0, "p.toml:7:9: stage `b` has no `kind`");
@@ -211,5 +211,30 @@ fn postprocessors_need_models_run_on_the_right_input() {
             "p.toml:15:11: text_recognition `text` reads a model run on crops (a `crop` stage), but `det` runs on the output of `pre` (preprocess)",
             "p.toml:18:11: type mismatch: stage `crops` (crop) takes text boxes, but `cam` (file) produces video frames",
         ]
+    );
+}
+
+#[test]
+fn metrics_addr_is_an_ip_and_port() {
+    let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"127.0.0.1:9464\"\n{SOURCE}{SINK}")).unwrap();
+    assert_eq!(cfg.metrics_addr().unwrap(), Some("127.0.0.1:9464".parse().unwrap()));
+    let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"[::1]:0\"\n{SOURCE}{SINK}")).unwrap();
+    assert_eq!(cfg.metrics_addr().unwrap(), Some("[::1]:0".parse().unwrap()));
+    let cfg = parse(Path::new("p.toml"), format!("{SOURCE}{SINK}")).unwrap();
+    assert_eq!(cfg.metrics_addr().unwrap(), None, "nothing listens unless asked");
+    let e = errors(&format!("[pipeline]\nname = \"x\"\nmetrics_addr = \"localhost:9464\"\n{SOURCE}{SINK}"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].0, "p.toml:3:16: invalid `metrics_addr` `localhost:9464`: expected IP:PORT");
+    assert_eq!(
+        e[0].1.as_deref(),
+        Some("write an IP address and a port, e.g. `127.0.0.1:9464` (this machine only) or `0.0.0.0:9464` (every interface)")
+    );
+    assert_eq!(
+        headlines(&format!("[pipeline]\nmetrics_addr = \"9464\"\n{SOURCE}{SINK}")),
+        vec!["p.toml:2:16: invalid `metrics_addr` `9464`: expected IP:PORT"]
+    );
+    assert_eq!(
+        headlines(&format!("[pipeline]\nmetrics_addr = 9464\n{SOURCE}{SINK}")),
+        vec!["p.toml:2:16: invalid type: integer `9464`, expected a string"]
     );
 }

@@ -80,14 +80,14 @@ impl Edge {
     fn send(&self, frame: Frame) -> bool {
         match self.when_full {
             WhenFull::Block => match self.tx.send(frame) {
-                Ok(()) => true,
+                Ok(()) => self.queued(),
                 Err(e) => {
                     e.0.ticket.dropped();
                     false
                 }
             },
             WhenFull::DropNewest => match self.tx.try_send(frame) {
-                Ok(()) => true,
+                Ok(()) => self.queued(),
                 Err(TrySendError::Full(f)) => {
                     f.ticket.dropped();
                     self.to.dropped.fetch_add(1, Ordering::Relaxed);
@@ -102,10 +102,11 @@ impl Edge {
                 let mut frame = frame;
                 loop {
                     match self.tx.try_send(frame) {
-                        Ok(()) => return true,
+                        Ok(()) => return self.queued(),
                         Err(TrySendError::Full(f)) => {
                             if let Ok(old) = self.rx.try_recv() {
                                 old.ticket.dropped();
+                                self.to.queued.fetch_sub(1, Ordering::Relaxed);
                                 self.to.dropped.fetch_add(1, Ordering::Relaxed);
                             }
                             frame = f;
@@ -118,6 +119,12 @@ impl Edge {
                 }
             }
         }
+    }
+
+    /// A frame is in the queue (for the consumer's queue depth).
+    fn queued(&self) -> bool {
+        self.to.queued.fetch_add(1, Ordering::Relaxed);
+        true
     }
 }
 
@@ -151,8 +158,8 @@ pub struct SourceCtx<'a> {
     acct: &'a Arc<Accounting>,
     stats: &'a NodeStats,
     emit: &'a mut dyn FnMut(Frame) -> bool,
-    /// Time spent waiting for room downstream (not busy time).
-    waiting: Duration,
+    /// Start of the current busy stretch: waiting for room downstream is not busy time.
+    busy_since: Instant,
     trace: Option<trace::TraceBuf>,
     last_emit: Instant,
 }
@@ -167,7 +174,7 @@ impl<'a> SourceCtx<'a> {
         stats: &'a NodeStats,
         emit: &'a mut dyn FnMut(Frame) -> bool,
     ) -> Self {
-        SourceCtx { name, index, shutdown, acct, stats, emit, waiting: Duration::ZERO, trace: None, last_emit: Instant::now() }
+        SourceCtx { name, index, shutdown, acct, stats, emit, busy_since: Instant::now(), trace: None, last_emit: Instant::now() }
     }
 
     pub fn stopping(&self) -> bool {
@@ -198,10 +205,17 @@ impl<'a> SourceCtx<'a> {
             // Decoding this frame took from the previous hand-off until now.
             t.work(&frame, self.last_emit, t0);
         }
+        // Busy time is counted frame by frame, so it is live while the source runs.
+        self.stats.add_busy(self.busy_since.elapsed());
         let open = (self.emit)(frame);
-        self.last_emit = Instant::now();
-        self.waiting += self.last_emit - t0;
+        self.busy_since = Instant::now();
+        self.last_emit = self.busy_since;
         open
+    }
+
+    /// The source is done: count its busy time since the last frame.
+    fn finish(&self) {
+        self.stats.add_busy(self.busy_since.elapsed());
     }
 
     /// Corrupt packets or unusable frames the decoder skipped.
@@ -266,8 +280,14 @@ impl Pipeline {
                 body,
             })
             .collect();
-        let queues = cfg.nodes.iter().map(|n| (n.queue.map_or(8, |q| q.capacity.get()), n.queue.and_then(|q| q.when_full))).collect();
-        let stats = nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
+        let queues: Vec<_> =
+            cfg.nodes.iter().map(|n| (n.queue.map_or(8, |q| q.capacity.get()), n.queue.and_then(|q| q.when_full))).collect();
+        let stats: Vec<_> = nodes.iter().map(|nd| Arc::new(NodeStats::new(&nd.name, nd.kind, nd.role))).collect();
+        for (i, st) in stats.iter().enumerate() {
+            if !graph.producers[i].is_empty() {
+                st.set_capacity(queues[i].0);
+            }
+        }
         Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None }
     }
 
@@ -325,7 +345,6 @@ impl Pipeline {
                 let (cap, when_full) = self.queues[i];
                 let when_full = when_full.unwrap_or(if self.live_upstream(i) { WhenFull::DropOldest } else { WhenFull::Block });
                 let (tx, rx) = bounded(cap);
-                stats[i].set_capacity(cap);
                 Some(Queue { tx, rx, when_full })
             })
             .collect();
@@ -401,12 +420,11 @@ fn run_node(
     let Node { name, body, on_error, role, .. } = node;
     match body {
         Body::Source(mut src) => {
-            let t0 = Instant::now();
             let mut emit = |f: Frame| out.send(f);
             let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit);
             ctx.trace = trace.take();
             let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
-            st.add_busy(t0.elapsed().saturating_sub(ctx.waiting));
+            ctx.finish();
             let err = match r {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e),

@@ -1,5 +1,5 @@
 //! Per-node counters and latency histograms, shared by the progress bar,
-//! the end-of-run summary and (later) the metrics endpoint.
+//! the end-of-run summary and the metrics endpoint.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -23,9 +23,9 @@ pub struct NodeStats {
     pub decode_errors: AtomicU64,
     pub busy_ns: AtomicU64,
     pub capacity: AtomicUsize,
+    /// Frames put into its input queue (less those `drop_oldest` took back out).
+    pub queued: AtomicU64,
     pub max_depth: AtomicUsize,
-    /// Frames waiting in the queue when the node last took one.
-    pub queued: AtomicUsize,
     pub done: AtomicBool,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
@@ -50,8 +50,8 @@ impl NodeStats {
             decode_errors: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
+            queued: AtomicU64::new(0),
             max_depth: AtomicUsize::new(0),
-            queued: AtomicUsize::new(0),
             done: AtomicBool::new(false),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
@@ -65,13 +65,15 @@ impl NodeStats {
     /// A frame arrived; `depth` frames still wait behind it.
     pub fn frame_in(&self, depth: usize) {
         self.frames_in.fetch_add(1, Ordering::Relaxed);
-        self.queued.store(depth, Ordering::Relaxed);
         self.max_depth.fetch_max(depth, Ordering::Relaxed);
     }
 
-    /// Frames waiting in this node's queue (as of its last take).
-    pub fn depth(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
+    /// Frames in its input queue now: put in and not yet taken out. Exact when
+    /// the queue is still; while frames move it may lag by the ones in hand-over.
+    pub fn depth(&self) -> u64 {
+        let taken = self.frames_in.load(Ordering::Relaxed);
+        // Wrapping: with fan-in, `drop_oldest` may take a frame out before its producer counted it in.
+        (self.queued.load(Ordering::Relaxed).wrapping_sub(taken) as i64).max(0) as u64
     }
 
     pub fn add_busy(&self, d: Duration) {

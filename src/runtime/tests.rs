@@ -205,3 +205,33 @@ fn interrupt_stops_sources_and_drains_in_flight_frames() {
     assert_eq!(r.frames.processed, r.frames.decoded, "nothing lost: {:?}", r.frames);
     assert_eq!(seen.lock().unwrap().len() as u64, r.frames.processed);
 }
+
+#[test]
+fn live_stats_show_queue_depth_and_capacity_while_running() {
+    let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", "queue = { capacity = 4 }");
+    let bodies = vec![
+        Body::Source(Box::new(Counter(60))),
+        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO })),
+        Body::Sink(Box::new(Recorder(Seen::default(), Duration::from_millis(5)))),
+    ];
+    let p = pipeline(&toml, bodies);
+    let stats = p.stats().to_vec();
+    // Known before the run: what a metrics endpoint shows while models load.
+    let caps: Vec<usize> = stats.iter().map(|s| s.capacity.load(Ordering::Relaxed)).collect();
+    assert_eq!(caps, vec![0, 8, 4]);
+    let run = std::thread::spawn(move || p.run(Shutdown::new(), Arc::new(Accounting::default()), None));
+    // The slow sink's queue fills up; its depth is visible while the pipeline runs.
+    let mut deepest = 0;
+    while !run.is_finished() {
+        let d = stats[2].depth();
+        assert!(d <= 4, "depth {d} over capacity");
+        deepest = deepest.max(d);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let r = run.join().unwrap();
+    assert_eq!(r.frames.processed, 60);
+    assert!(deepest >= 3, "the sink's queue was seen filling up (deepest {deepest})");
+    assert!(stats.iter().all(|s| s.depth() == 0), "queues empty at the end");
+    assert_eq!(stats[2].queued.load(Ordering::Relaxed), 60);
+    assert!(stats[0].busy_ns.load(Ordering::Relaxed) > 0, "the source's busy time is counted");
+}

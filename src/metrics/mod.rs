@@ -1,0 +1,269 @@
+//! Prometheus metrics and health checks for a running pipeline.
+//!
+//! Nothing here keeps numbers of its own: at each scrape, [`Metrics`] reads the
+//! same counters the progress bar and the end-of-run summary read (each node's
+//! [`NodeStats`] and the pipeline's [`Accounting`]), so the endpoint and the
+//! summary cannot disagree. [`server::MetricsServer`] serves it over HTTP.
+
+pub mod server;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use hdrhistogram::Histogram;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::config::Role;
+use crate::frame::Accounting;
+use crate::runtime::{NodeStats, Pipeline, Shutdown};
+
+pub use server::{MetricsError, MetricsServer};
+
+/// Upper bounds (seconds) of the latency histogram buckets; `+Inf` follows.
+pub const LATENCY_BUCKETS: [f64; 16] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// What the endpoints report on: nothing but the build until a pipeline is watched.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    watched: OnceLock<Watched>,
+}
+
+/// A built pipeline's live counters.
+#[derive(Debug)]
+struct Watched {
+    pipeline: String,
+    nodes: Vec<Arc<NodeStats>>,
+    /// (node, execution provider in use)
+    providers: Vec<(String, String)>,
+    acct: Arc<Accounting>,
+    shutdown: Arc<Shutdown>,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Metrics::default())
+    }
+
+    /// Report on `pipeline`, built (models loaded) and about to run with `acct` and `shutdown`.
+    pub fn watch(&self, pipeline: &Pipeline, acct: Arc<Accounting>, shutdown: Arc<Shutdown>) {
+        // The summary writes `cpu (fallback from cuda)`; the label is the provider in use.
+        let providers = pipeline
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let p = n.provider.as_deref()?;
+                Some((n.name.to_string(), p.split_once(" (").map_or(p, |(name, _)| name).to_string()))
+            })
+            .collect();
+        self.watch_stats(pipeline.name.clone(), pipeline.stats().to_vec(), providers, acct, shutdown);
+    }
+
+    /// [`Metrics::watch`] from the parts: the pipeline's name, its nodes' stats,
+    /// (node, provider) pairs, its accounting and shutdown. Only the first call counts.
+    pub fn watch_stats(
+        &self,
+        pipeline: String,
+        nodes: Vec<Arc<NodeStats>>,
+        providers: Vec<(String, String)>,
+        acct: Arc<Accounting>,
+        shutdown: Arc<Shutdown>,
+    ) {
+        let _ = self.watched.set(Watched { pipeline, nodes, providers, acct, shutdown });
+    }
+
+    /// `Ok` once the pipeline is built (models loaded) and every source has
+    /// produced a frame or finished; otherwise why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        let Some(w) = self.watched.get() else {
+            return Err("not ready: building the pipeline (opening sources, loading models)".into());
+        };
+        if w.shutdown.stopping() {
+            return Err("not ready: stopping (draining frames in flight)".into());
+        }
+        for s in w.nodes.iter().filter(|s| s.role == Role::Source) {
+            if s.frames_out.load(Ordering::Relaxed) == 0 && !s.done.load(Ordering::Acquire) {
+                return Err(format!("not ready: source `{}` has not produced a frame yet", s.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// A registry whose only collector is `metrics`.
+    pub fn registry(metrics: &Arc<Metrics>) -> Registry {
+        let mut r = Registry::default();
+        r.register_collector(Box::new(metrics.clone()));
+        r
+    }
+}
+
+type NodeLabels<'a> = [(&'static str, &'a str); 3];
+
+fn node_labels<'a>(pipeline: &'a str, s: &'a NodeStats) -> NodeLabels<'a> {
+    [("pipeline", pipeline), ("node", s.name.as_str()), ("kind", s.kind)]
+}
+
+/// One metric family: a descriptor, then a sample per label set.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    kind: MetricType,
+    samples: impl IntoIterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, unit, kind)?;
+    for (labels, metric) in samples {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counters<'a>(enc: &mut DescriptorEncoder, name: &str, help: &str, rows: impl IntoIterator<Item = (NodeLabels<'a>, u64)>) -> fmt::Result {
+    family(enc, name, help, None, MetricType::Counter, rows.into_iter().map(|(l, v)| (l, ConstCounter::new(v))))
+}
+
+fn gauges<'a>(enc: &mut DescriptorEncoder, name: &str, help: &str, rows: impl IntoIterator<Item = (NodeLabels<'a>, u64)>) -> fmt::Result {
+    family(enc, name, help, None, MetricType::Gauge, rows.into_iter().map(|(l, v)| (l, ConstGauge::new(v))))
+}
+
+/// Classic Prometheus buckets from an hdr histogram of microseconds: (sum in
+/// seconds, count, per-bucket counts with their upper bounds, `+Inf` last).
+/// Exact to the histogram's three significant digits.
+pub fn latency_buckets(h: &Histogram<u64>) -> (f64, u64, Vec<(f64, u64)>) {
+    let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS.iter().chain([&f64::INFINITY]).map(|&b| (b, 0)).collect();
+    let mut sum_us = 0.0;
+    for v in h.iter_recorded() {
+        let n = v.count_since_last_iteration();
+        // The highest value this hdr bucket stands for: never placed below where it could belong.
+        let secs = v.value_iterated_to() as f64 / 1e6;
+        sum_us += h.median_equivalent(v.value_iterated_to()) as f64 * n as f64;
+        let i = buckets.iter().position(|&(le, _)| secs <= le).unwrap_or(buckets.len() - 1);
+        buckets[i].1 += n;
+    }
+    (sum_us / 1e6, h.len(), buckets)
+}
+
+fn histograms<'a>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (NodeLabels<'a>, &'a Mutex<Histogram<u64>>)>,
+) -> fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (labels, h) in rows {
+        // Held while the figures are read out; a frame finishing meanwhile waits that long to be recorded.
+        let (sum, count, buckets) = latency_buckets(&h.lock().unwrap_or_else(|e| e.into_inner()));
+        family.encode_family(&labels)?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for Metrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        family(
+            &mut enc,
+            "infer_stream_build_info",
+            "infer-stream version (always 1).",
+            None,
+            MetricType::Gauge,
+            [([("version", env!("CARGO_PKG_VERSION"))], ConstGauge::new(1))],
+        )?;
+        let Some(w) = self.watched.get() else { return Ok(()) };
+        let p = w.pipeline.as_str();
+
+        let c = w.acct.snapshot();
+        for (name, help, v) in [
+            ("infer_stream_frames_decoded", "Frames the sources decoded.", c.decoded),
+            ("infer_stream_frames_processed", "Decoded frames that reached a sink.", c.processed),
+            ("infer_stream_frames_dropped", "Decoded frames a full queue dropped.", c.dropped),
+            ("infer_stream_frames_failed", "Decoded frames a stage or sink failed on.", c.failed),
+            ("infer_stream_frames_lost", "Decoded frames that vanished unaccounted for (a bug if not 0).", c.lost),
+        ] {
+            family(&mut enc, name, help, None, MetricType::Counter, [([("pipeline", p)], ConstCounter::new(v))])?;
+        }
+
+        let all = || w.nodes.iter().map(|s| (node_labels(p, s), s.as_ref()));
+        // Sources have no input queue: frames in, queue drops and queue gauges are for stages and sinks.
+        let queued = || all().filter(|(_, s)| s.role != Role::Source);
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        counters(
+            &mut enc,
+            "infer_stream_node_frames_in",
+            "Frames a node took from its input queue.",
+            queued().map(|(l, s)| (l, get(&s.frames_in))),
+        )?;
+        counters(
+            &mut enc,
+            "infer_stream_node_frames_out",
+            "Frames a node emitted (sinks: wrote).",
+            all().map(|(l, s)| (l, get(&s.frames_out))),
+        )?;
+        counters(
+            &mut enc,
+            "infer_stream_node_frames_dropped",
+            "Frames a node's full input queue dropped.",
+            queued().map(|(l, s)| (l, get(&s.dropped))),
+        )?;
+        counters(&mut enc, "infer_stream_node_frames_failed", "Frames a node failed on.", all().map(|(l, s)| (l, get(&s.failed))))?;
+        counters(
+            &mut enc,
+            "infer_stream_source_decode_errors",
+            "Corrupt packets and unusable frames a source skipped.",
+            all().filter(|(_, s)| s.role == Role::Source).map(|(l, s)| (l, get(&s.decode_errors))),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_node_busy",
+            "Time a node spent working.",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+            all().map(|(l, s)| (l, ConstCounter::new(get(&s.busy_ns) as f64 / 1e9))),
+        )?;
+        histograms(&mut enc, "infer_stream_node_latency", "Time a node spent on each frame.", queued().map(|(l, s)| (l, &s.service)))?;
+        histograms(
+            &mut enc,
+            "infer_stream_sink_end_to_end_latency",
+            "Time from a frame's decoding to its sink.",
+            all().filter(|(_, s)| s.role == Role::Sink).map(|(l, s)| (l, &s.end_to_end)),
+        )?;
+        let size = |a: &AtomicUsize| a.load(Ordering::Relaxed) as u64;
+        gauges(
+            &mut enc,
+            "infer_stream_node_queue_depth",
+            "Frames waiting in a node's input queue.",
+            queued().map(|(l, s)| (l, s.depth())),
+        )?;
+        gauges(
+            &mut enc,
+            "infer_stream_node_queue_capacity",
+            "Capacity of a node's input queue.",
+            queued().map(|(l, s)| (l, size(&s.capacity))),
+        )?;
+        gauges(
+            &mut enc,
+            "infer_stream_node_queue_max_depth",
+            "Most frames waiting in a node's input queue at once (at most its capacity).",
+            queued().map(|(l, s)| (l, size(&s.max_depth))),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_execution_provider_info",
+            "The execution provider an infer node runs on (always 1).",
+            None,
+            MetricType::Gauge,
+            w.providers
+                .iter()
+                .map(|(node, provider)| ([("pipeline", p), ("node", node.as_str()), ("provider", provider.as_str())], ConstGauge::new(1))),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

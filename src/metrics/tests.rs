@@ -1,0 +1,238 @@
+//! The exposition and the HTTP endpoints, on stats made here.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prometheus_client::encoding::text;
+
+use super::*;
+
+/// A source `cam`, an infer stage `det` and a sink `out` with some traffic.
+fn pipeline() -> (Arc<Metrics>, Vec<Arc<NodeStats>>, Arc<Accounting>, Arc<Shutdown>) {
+    let cam = Arc::new(NodeStats::new("cam", "file", Role::Source));
+    let det = Arc::new(NodeStats::new("det", "infer", Role::Stage));
+    let out = Arc::new(NodeStats::new("out", "ndjson", Role::Sink));
+    cam.decode_errors.store(2, Ordering::Relaxed);
+    for s in [&det, &out] {
+        s.set_capacity(8);
+    }
+    for _ in 0..3 {
+        det.frame_in(4);
+        det.record(Duration::from_millis(30), None);
+        det.frames_out.fetch_add(1, Ordering::Relaxed);
+    }
+    det.queued.store(5, Ordering::Relaxed); // 3 taken, 2 waiting
+    det.dropped.store(1, Ordering::Relaxed);
+    out.frame_in(0);
+    out.record(Duration::from_micros(300), Some(Duration::from_millis(700)));
+    out.frames_out.fetch_add(1, Ordering::Relaxed);
+    let acct = Arc::new(Accounting::default());
+    for fate in 0..3 {
+        let t = acct.issue();
+        match fate {
+            0 => t.sunk(),
+            1 => t.dropped(),
+            _ => {}
+        }
+        if fate < 2 {
+            drop(t);
+        } else {
+            std::mem::forget(t); // still in flight
+        }
+    }
+    let sd = Shutdown::new();
+    let m = Metrics::new();
+    let nodes = vec![cam, det, out];
+    m.watch_stats("p".into(), nodes.clone(), vec![("det".into(), "cpu".into())], acct.clone(), sd.clone());
+    (m, nodes, acct, sd)
+}
+
+fn openmetrics(m: &Arc<Metrics>) -> String {
+    let mut s = String::new();
+    text::encode(&mut s, &Metrics::registry(m)).unwrap();
+    s
+}
+
+fn assert_lines(text: &str, lines: &[&str]) {
+    for l in lines {
+        assert!(text.lines().any(|t| t == *l), "missing line\n{l}\nin\n{text}");
+    }
+}
+
+#[test]
+fn exposition_reads_the_live_counters() {
+    let (m, nodes, _acct, _sd) = pipeline();
+    let t = openmetrics(&m);
+    assert_lines(
+        &t,
+        &[
+            "# TYPE infer_stream_build_info gauge",
+            &format!("infer_stream_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION")),
+            "# TYPE infer_stream_frames_decoded counter",
+            "infer_stream_frames_decoded_total{pipeline=\"p\"} 3",
+            "infer_stream_frames_processed_total{pipeline=\"p\"} 1",
+            "infer_stream_frames_dropped_total{pipeline=\"p\"} 1",
+            "infer_stream_frames_failed_total{pipeline=\"p\"} 0",
+            "infer_stream_frames_lost_total{pipeline=\"p\"} 0",
+            "infer_stream_node_frames_in_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+            "infer_stream_node_frames_in_total{pipeline=\"p\",node=\"out\",kind=\"ndjson\"} 1",
+            "infer_stream_node_frames_out_total{pipeline=\"p\",node=\"cam\",kind=\"file\"} 0",
+            "infer_stream_node_frames_out_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+            "infer_stream_node_frames_dropped_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 1",
+            "infer_stream_node_frames_failed_total{pipeline=\"p\",node=\"out\",kind=\"ndjson\"} 0",
+            "infer_stream_source_decode_errors_total{pipeline=\"p\",node=\"cam\",kind=\"file\"} 2",
+            "# TYPE infer_stream_node_busy_seconds counter",
+            "# UNIT infer_stream_node_busy_seconds seconds",
+            "infer_stream_node_busy_seconds_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 0.09",
+            "# TYPE infer_stream_node_latency_seconds histogram",
+            "infer_stream_node_latency_seconds_count{pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+            "infer_stream_node_latency_seconds_bucket{le=\"0.025\",pipeline=\"p\",node=\"det\",kind=\"infer\"} 0",
+            "infer_stream_node_latency_seconds_bucket{le=\"0.05\",pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+            "infer_stream_node_latency_seconds_bucket{le=\"+Inf\",pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+            "infer_stream_node_latency_seconds_bucket{le=\"0.00025\",pipeline=\"p\",node=\"out\",kind=\"ndjson\"} 0",
+            "infer_stream_node_latency_seconds_bucket{le=\"0.0005\",pipeline=\"p\",node=\"out\",kind=\"ndjson\"} 1",
+            "infer_stream_sink_end_to_end_latency_seconds_bucket{le=\"0.5\",pipeline=\"p\",node=\"out\",kind=\"ndjson\"} 0",
+            "infer_stream_sink_end_to_end_latency_seconds_bucket{le=\"1.0\",pipeline=\"p\",node=\"out\",kind=\"ndjson\"} 1",
+            "infer_stream_node_queue_depth{pipeline=\"p\",node=\"det\",kind=\"infer\"} 2",
+            "infer_stream_node_queue_capacity{pipeline=\"p\",node=\"det\",kind=\"infer\"} 8",
+            "infer_stream_node_queue_max_depth{pipeline=\"p\",node=\"det\",kind=\"infer\"} 4",
+            "infer_stream_execution_provider_info{pipeline=\"p\",node=\"det\",provider=\"cpu\"} 1",
+        ],
+    );
+    assert!(t.ends_with("# EOF\n"));
+    // Sources have no input queue and no latency; stages and sources have no end-to-end latency.
+    for absent in [
+        "infer_stream_node_frames_in_total{pipeline=\"p\",node=\"cam\"",
+        "infer_stream_node_queue_depth{pipeline=\"p\",node=\"cam\"",
+        "infer_stream_node_latency_seconds_count{pipeline=\"p\",node=\"cam\"",
+        "infer_stream_sink_end_to_end_latency_seconds_count{pipeline=\"p\",node=\"det\"",
+    ] {
+        assert!(!t.contains(absent), "{absent} in\n{t}");
+    }
+    // Read at each scrape: the next one sees new frames.
+    nodes[1].frames_out.fetch_add(4, Ordering::Relaxed);
+    assert_lines(&openmetrics(&m), &["infer_stream_node_frames_out_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 7"]);
+}
+
+#[test]
+fn only_the_build_before_a_pipeline_is_watched() {
+    let m = Metrics::new();
+    let t = openmetrics(&m);
+    assert_eq!(
+        t,
+        format!(
+            "# HELP infer_stream_build_info infer-stream version (always 1).\n# TYPE infer_stream_build_info gauge\ninfer_stream_build_info{{version=\"{}\"}} 1\n# EOF\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
+
+#[test]
+fn latency_buckets_follow_the_hdr_histogram() {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+    h.record_n(300, 2).unwrap(); // 0.3 ms
+    h.record(40_000).unwrap(); // 40 ms
+    h.record(20_000_000).unwrap(); // 20 s: above the last bound
+    let (sum, count, buckets) = latency_buckets(&h);
+    assert_eq!(count, 4);
+    assert!((sum - 20.0406).abs() < 20.0406 * 1e-3, "{sum}");
+    assert_eq!(buckets.len(), LATENCY_BUCKETS.len() + 1);
+    assert_eq!(buckets.last().unwrap().0, f64::INFINITY);
+    let nonzero: Vec<(f64, u64)> = buckets.into_iter().filter(|b| b.1 > 0).collect();
+    assert_eq!(nonzero, vec![(0.0005, 2), (0.05, 1), (f64::INFINITY, 1)]);
+    let (sum, count, buckets) = latency_buckets(&Histogram::<u64>::new(3).unwrap());
+    assert_eq!((sum, count), (0.0, 0));
+    assert!(buckets.iter().all(|b| b.1 == 0));
+}
+
+/// (status, head, body) of one request sent as is.
+fn request(addr: SocketAddr, raw: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no head in {resp:?}"));
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(head.contains("\r\nConnection: close"), "{head}");
+    assert!(head.contains(&format!("\r\nContent-Length: {}", body.len())), "{head}");
+    (status, head.to_string(), body.to_string())
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    request(addr, &format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n"))
+}
+
+#[test]
+fn server_answers_health_readiness_and_metrics() {
+    let m = Metrics::new();
+    let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
+    let addr = server.local_addr();
+    assert_ne!(addr.port(), 0);
+
+    assert_eq!(get(addr, "/healthz").0, 200);
+    let (status, _, body) = get(addr, "/readyz");
+    assert_eq!((status, body.as_str()), (503, "not ready: building the pipeline (opening sources, loading models)\n"));
+
+    // Watch a pipeline whose source has produced nothing yet.
+    let (watched, nodes, acct, sd) = pipeline();
+    drop(watched);
+    m.watch_stats("p".into(), nodes.clone(), vec![("det".into(), "cpu".into())], acct, sd.clone());
+    let (status, _, body) = get(addr, "/readyz");
+    assert_eq!((status, body.as_str()), (503, "not ready: source `cam` has not produced a frame yet\n"));
+    nodes[0].frames_out.store(1, Ordering::Relaxed);
+    assert_eq!(get(addr, "/readyz"), get(addr, "/readyz?verbose"));
+    let (status, head, body) = get(addr, "/readyz");
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    assert!(head.contains("Content-Type: text/plain; charset=utf-8"), "{head}");
+
+    // Plain clients get the Prometheus text format; Prometheus asks for OpenMetrics.
+    let (status, head, body) = get(addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(head.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"), "{head}");
+    assert_lines(&body, &["infer_stream_node_frames_out_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 3"]);
+    assert!(!body.contains("# EOF"));
+    let (status, head, body) = request(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: test\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n",
+    );
+    assert_eq!(status, 200);
+    assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"), "{head}");
+    assert_eq!(body, openmetrics(&m));
+
+    assert_eq!(get(addr, "/nope").0, 404);
+    let (status, head, _) = request(addr, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(status, 405);
+    assert!(head.contains("\r\nAllow: GET"), "{head}");
+    assert_eq!(request(addr, "hello\r\n\r\n").0, 400);
+    let huge = format!("GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(20_000));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(huge.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 431 "), "{resp}");
+
+    // A client that sends nothing holds the server for the read timeout at most; the next one is served after.
+    let idle = TcpStream::connect(addr).unwrap();
+    assert_eq!(get(addr, "/healthz").0, 200);
+    drop(idle);
+
+    sd.stop();
+    let (status, _, body) = get(addr, "/readyz");
+    assert_eq!((status, body.as_str()), (503, "not ready: stopping (draining frames in flight)\n"));
+
+    server.stop();
+    assert!(TcpStream::connect(addr).is_err(), "nothing listens after stop");
+}
+
+#[test]
+fn a_busy_port_is_an_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let e = MetricsServer::start(addr, Metrics::new()).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("cannot listen on {addr}: ")), "{msg}");
+    assert!(matches!(e, MetricsError::Bind { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse));
+}
