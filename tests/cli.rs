@@ -434,3 +434,38 @@ fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
     assert!(cer <= 0.05, "CER {cer:.4} > 5%");
     assert_eq!(spurious, 0, "recognised text where nothing was drawn");
 }
+
+/// The generated models output known candidates (tests/models/make.py); after
+/// the confidence filter, NMS and the letterbox (640x360 → 64x64: scale 1/10,
+/// 14 px of padding on top), exactly these objects must come out.
+#[test]
+fn yolo_layouts_decode_to_the_exact_boxes() {
+    require_assets();
+    // (x0, y0, x1, y1) in source pixels, score, class, label.
+    let cat = ([150.0, 10.0, 250.0, 110.0], 0.9, 0, "cat");
+    let cat2 = ([160.0, 20.0, 260.0, 120.0], 0.8, 0, "cat");
+    let dog = ([160.0, 20.0, 260.0, 120.0], 0.7, 1, "dog");
+    let bird = ([460.0, 230.0, 540.0, 290.0], 0.3, 2, "bird");
+    for (model, want) in [("yolov8", vec![cat, dog, bird]), ("yolov5", vec![cat, dog, bird]), ("end2end", vec![cat, cat2, dog, bird])] {
+        let out = tempfile::tempdir().unwrap();
+        let o = bin()
+            .args(["run", "tests/data/yolo.toml", "--progress", "never"])
+            .env("INFER_STREAM_TEST_OUT", out.path())
+            .env("YOLO_MODEL", root().join(format!("tests/models/{model}.onnx")))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{model}: {}", stderr(&o));
+        let lines = read_ndjson(&out.path().join("yolo.ndjson"));
+        assert_eq!(lines.len(), 20, "{model}");
+        for l in &lines {
+            let got: Vec<_> = l["results"]["objects"]["detections"].as_array().unwrap().iter().collect();
+            assert_eq!(got.len(), want.len(), "{model}: {l}");
+            for (g, (bbox, score, class, label)) in got.iter().zip(&want) {
+                let b: Vec<f64> = g["bbox"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+                assert!(b.iter().zip(bbox).all(|(x, y)| (x - y).abs() < 0.01), "{model}: {b:?} vs {bbox:?}");
+                assert!((g["score"].as_f64().unwrap() - score).abs() < 1e-4, "{model}: {g}");
+                assert_eq!((g["class"].as_u64().unwrap(), g["label"].as_str().unwrap()), (*class, *label), "{model}");
+            }
+        }
+    }
+}

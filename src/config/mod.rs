@@ -180,7 +180,8 @@ pub fn is_url(s: &str) -> bool {
     s.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+'))
 }
 
-/// Expand `${NAME}`; `$${` escapes a literal `${`. Returns the first unset variable as the error.
+/// Expand `${NAME}` and `${NAME:-default}` (default when unset or empty); `$${`
+/// escapes a literal `${`. Returns the first unset variable (without default) as the error.
 pub fn expand_env(s: &str) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -195,10 +196,15 @@ pub fn expand_env(s: &str) -> Result<String, String> {
                 out.push_str(tail);
                 return Ok(out);
             };
-            let var = &t[..end];
-            match std::env::var(var) {
-                Ok(v) => out.push_str(&v),
-                Err(_) => return Err(var.to_string()),
+            let (var, default) = match t[..end].split_once(":-") {
+                Some((v, d)) => (v, Some(d)),
+                None => (&t[..end], None),
+            };
+            match (std::env::var(var), default) {
+                (Ok(v), None) => out.push_str(&v),
+                (Ok(v), Some(_)) if !v.is_empty() => out.push_str(&v),
+                (_, Some(d)) => out.push_str(d),
+                (Err(_), None) => return Err(var.to_string()),
             }
             rest = &t[end + 1..];
         } else {

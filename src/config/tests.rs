@@ -140,6 +140,8 @@ fn env_vars_expand_and_unset_ones_are_errors() {
     let d = cfg.resolve_path(&f.uri).unwrap_err();
     assert_eq!(d.headline(), "p.toml:3:7: environment variable `INFER_STREAM_TEST_UNSET` is not set");
     assert_eq!(expand_env("a$${b}c$d").unwrap(), "a${b}c$d");
+    assert_eq!(expand_env("${INFER_STREAM_TEST_UNSET:-m/yolo.onnx}").unwrap(), "m/yolo.onnx");
+    assert_eq!(expand_env("${CARGO_PKG_NAME:-other}").unwrap(), "infer-stream");
 }
 
 #[test]
