@@ -469,3 +469,42 @@ fn yolo_layouts_decode_to_the_exact_boxes() {
         }
     }
 }
+
+/// Four streams into one detector with `batch = { max = 4 }`: batches of four
+/// form, and every frame's boxes equal those of an unbatched run.
+#[test]
+fn batches_form_across_streams_and_split_back_exactly() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/batching.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(accounting(&err), (400, 400, 0, 0));
+    let line = err.lines().find(|l| l.starts_with("det: batches ")).unwrap_or_else(|| panic!("no batch line:\n{err}"));
+    let in_fours: u64 = line
+        .trim_start_matches("det: batches ")
+        .split(" (")
+        .next()
+        .unwrap()
+        .split(", ")
+        .filter_map(|p| p.split_once('×'))
+        .filter(|(_, size)| *size == "4")
+        .map(|(count, _)| count.parse::<u64>().unwrap() * 4)
+        .sum();
+    assert!(in_fours >= 360, "most frames run in batches of 4: {line}");
+    let o = run_in(out.path(), &["run", "tests/data/single.toml", "--progress", "never"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let single = read_ndjson(&out.path().join("single.ndjson"));
+    let batched = read_ndjson(&out.path().join("batching.ndjson"));
+    for cam in ["cam0", "cam1", "cam2", "cam3"] {
+        let mine: Vec<_> = batched.iter().filter(|l| l["stream"] == cam).collect();
+        assert_eq!(mine.len(), 100, "{cam}");
+        for (b, s) in mine.iter().zip(&single) {
+            assert_eq!(b["seq"], s["seq"]);
+            let (bb, sb) = (bboxes(b, "boxes"), bboxes(s, "boxes"));
+            assert_eq!(bb.len(), sb.len(), "{cam} frame {}", b["seq"]);
+            for (x, y) in bb.iter().zip(&sb) {
+                assert!(x.iter().zip(y).all(|(p, q)| (p - q).abs() < 0.5), "{cam} frame {}: {x:?} vs {y:?}", b["seq"]);
+            }
+        }
+    }
+}

@@ -234,6 +234,21 @@ pub struct InferConfig {
     /// Run once on zeros before the first frame.
     #[serde(default = "yes")]
     pub warmup: bool,
+    /// Group frames (from one or several streams) into one model run.
+    pub batch: Option<BatchConfig>,
+}
+
+/// `batch = { max = 4, timeout_ms = 10 }`: a batch runs when full, or when its oldest frame has waited `timeout_ms`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    pub max: std::num::NonZeroUsize,
+    #[serde(default = "batch_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn batch_timeout() -> u64 {
+    10
 }
 
 fn yes() -> bool {

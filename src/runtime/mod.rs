@@ -401,6 +401,15 @@ impl Pipeline {
     }
 }
 
+/// What became of one frame in a stage.
+enum Outcome {
+    Done,
+    /// Failed; counted and skipped (`on_error = "skip"`).
+    Skip(String),
+    /// Failed in a way that stops the pipeline.
+    Stop(String),
+}
+
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
 }
@@ -439,43 +448,86 @@ fn run_node(
         }
         Body::Stage(mut stage) => {
             let rx = rx.expect("stage has an input");
+            let (max, wait) = stage.batching().unwrap_or((1, Duration::ZERO));
             let mut dead = false;
-            for mut frame in rx.iter() {
-                st.frame_in(rx.len());
+            let mut batch: Vec<Frame> = Vec::with_capacity(max);
+            let mut open = true;
+            while open {
+                // One frame, then (when batching) more until the batch is full or the oldest has waited `wait`.
+                match rx.recv() {
+                    Ok(f) => batch.push(f),
+                    Err(_) => break,
+                }
+                let deadline = Instant::now() + wait;
+                while batch.len() < max {
+                    match rx.recv_deadline(deadline) {
+                        Ok(f) => batch.push(f),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                            open = false;
+                            break;
+                        }
+                    }
+                }
+                for _ in &batch {
+                    st.frame_in(rx.len());
+                }
                 if dead {
-                    frame.ticket.failed();
-                    st.failed.fetch_add(1, Ordering::Relaxed);
+                    for frame in batch.drain(..) {
+                        frame.ticket.failed();
+                        st.failed.fetch_add(1, Ordering::Relaxed);
+                    }
                     continue;
                 }
                 let t0 = Instant::now();
-                let r = catch_unwind(AssertUnwindSafe(|| stage.process(&mut frame)));
+                let r = catch_unwind(AssertUnwindSafe(|| stage.process_batch(&mut batch)));
                 let t1 = Instant::now();
-                st.record(t1 - t0, None);
-                if let Some(t) = &mut trace {
-                    t.waited(&frame, t0);
-                    t.work(&frame, t0, t1);
+                if max > 1 {
+                    st.batch_formed(batch.len());
                 }
-                let err = match r {
-                    Ok(Ok(())) => {
-                        st.frames_out.fetch_add(1, Ordering::Relaxed);
-                        out.send(frame);
-                        continue;
+                let per_frame = (t1 - t0) / batch.len() as u32;
+                let results: Vec<Outcome> = match r {
+                    Ok(rs) => rs
+                        .into_iter()
+                        .map(|r| match r {
+                            Ok(()) => Outcome::Done,
+                            Err(StageError::Frame(e)) if on_error == OnError::Skip => Outcome::Skip(e),
+                            Err(e) => Outcome::Stop(e.to_string()),
+                        })
+                        .collect(),
+                    Err(p) => {
+                        let msg = format!("panic: {}", panic_message(p));
+                        batch.iter().map(|_| Outcome::Stop(msg.clone())).collect()
                     }
-                    Ok(Err(StageError::Frame(e))) if on_error == OnError::Skip => {
-                        frame.ticket.failed();
-                        let n = st.failed.fetch_add(1, Ordering::Relaxed) + 1;
-                        if n.is_power_of_two() {
-                            tracing::warn!("stage `{name}`: stream `{}` frame {}: {e} (skipped; {n} so far)", frame.stream, frame.seq);
-                        }
-                        continue;
-                    }
-                    Ok(Err(e)) => e.to_string(),
-                    Err(p) => format!("panic: {}", panic_message(p)),
                 };
-                frame.ticket.failed();
-                st.failed.fetch_add(1, Ordering::Relaxed);
-                sd.fail(format!("stage `{name}` failed on stream `{}` frame {}: {err}", frame.stream, frame.seq));
-                dead = true;
+                for (frame, r) in batch.drain(..).zip(results) {
+                    st.record(per_frame, None);
+                    if let Some(t) = &mut trace {
+                        t.waited(&frame, t0);
+                        t.work(&frame, t0, t1);
+                    }
+                    match r {
+                        Outcome::Done => {
+                            st.frames_out.fetch_add(1, Ordering::Relaxed);
+                            out.send(frame);
+                        }
+                        Outcome::Skip(e) => {
+                            frame.ticket.failed();
+                            let n = st.failed.fetch_add(1, Ordering::Relaxed) + 1;
+                            if n.is_power_of_two() {
+                                tracing::warn!("stage `{name}`: stream `{}` frame {}: {e} (skipped; {n} so far)", frame.stream, frame.seq);
+                            }
+                        }
+                        Outcome::Stop(e) => {
+                            frame.ticket.failed();
+                            st.failed.fetch_add(1, Ordering::Relaxed);
+                            if !dead {
+                                sd.fail(format!("stage `{name}` failed on stream `{}` frame {}: {e}", frame.stream, frame.seq));
+                            }
+                            dead = true;
+                        }
+                    }
+                }
             }
         }
         Body::Sink(mut sink) => {

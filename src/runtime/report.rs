@@ -57,6 +57,8 @@ pub struct NodeReport {
     pub latency_ms: Latency,
     /// Source to sink (sinks only).
     pub end_to_end_ms: Option<Latency>,
+    /// Batches formed: (size, count), batching stages only.
+    pub batch_sizes: Vec<(usize, u64)>,
 }
 
 /// Everything a run reports.
@@ -104,6 +106,11 @@ impl RunReport {
                     queue_max_depth: s.max_depth.load(Ordering::Relaxed),
                     latency_ms: s.service.lock().map(|h| Latency::of(&h)).unwrap_or_default(),
                     end_to_end_ms: (e2e.count > 0).then_some(e2e),
+                    batch_sizes: s
+                        .batch_sizes
+                        .lock()
+                        .map(|b| b.iter().enumerate().filter(|(_, c)| **c > 0).map(|(n, c)| (n, *c)).collect())
+                        .unwrap_or_default(),
                 }
             })
             .collect();
@@ -164,6 +171,12 @@ impl RunReport {
                 ms(n, l.p99),
                 if n.end_to_end_ms.is_some() { "  (end to end)" } else { "" }
             );
+        }
+        for n in self.nodes.iter().filter(|n| !n.batch_sizes.is_empty()) {
+            let sizes: Vec<String> = n.batch_sizes.iter().map(|(size, count)| format!("{count}×{size}")).collect();
+            let frames: u64 = n.batch_sizes.iter().map(|(size, count)| *size as u64 * count).sum();
+            let batches: u64 = n.batch_sizes.iter().map(|(_, c)| c).sum();
+            let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
         }
         for (node, provider) in &self.providers {
             let _ = writeln!(s, "{node}: execution provider {provider}");

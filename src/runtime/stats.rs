@@ -27,6 +27,8 @@ pub struct NodeStats {
     pub queued: AtomicU64,
     pub max_depth: AtomicUsize,
     pub done: AtomicBool,
+    /// Batches formed, by size (index = size; batching stages only).
+    pub batch_sizes: Mutex<Vec<u64>>,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
     /// Source to this sink, µs (sinks only).
@@ -53,6 +55,7 @@ impl NodeStats {
             queued: AtomicU64::new(0),
             max_depth: AtomicUsize::new(0),
             done: AtomicBool::new(false),
+            batch_sizes: Mutex::new(Vec::new()),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
@@ -74,6 +77,15 @@ impl NodeStats {
         let taken = self.frames_in.load(Ordering::Relaxed);
         // Wrapping: with fan-in, `drop_oldest` may take a frame out before its producer counted it in.
         (self.queued.load(Ordering::Relaxed).wrapping_sub(taken) as i64).max(0) as u64
+    }
+
+    /// A batch of `n` frames was formed.
+    pub fn batch_formed(&self, n: usize) {
+        let mut b = self.batch_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        if b.len() <= n {
+            b.resize(n + 1, 0);
+        }
+        b[n] += 1;
     }
 
     pub fn add_busy(&self, d: Duration) {

@@ -18,6 +18,9 @@ pub struct Infer {
     output_names: Vec<String>,
     pools: Vec<Pool<f32>>,
     intra_threads: usize,
+    /// (max frames, wait) when batching is on and the model takes a dynamic batch.
+    batch: Option<(usize, std::time::Duration)>,
+    stacked: Vec<f32>,
 }
 
 /// Cores on this machine.
@@ -70,7 +73,23 @@ impl Infer {
         for (p, why) in &m.fallbacks {
             tracing::warn!("stage `{name}`: execution provider `{p}` is not available ({why}); falling back to `{}`", m.provider);
         }
-        let mut stage = Infer { name, model: path.display().to_string(), m, input, output_names, pools, intra_threads };
+        let batch = match c.batch {
+            Some(b) if b.max.get() > 1 => {
+                let dim0 = m.inputs.iter().find(|i| i.name == input).and_then(|i| i.dims.first().copied());
+                if dim0.is_some_and(|d| d >= 0) {
+                    tracing::warn!(
+                        "stage `{name}`: the model's batch dimension is fixed ({}); frames run one at a time",
+                        dim0.unwrap_or(1)
+                    );
+                    None
+                } else {
+                    Some((b.max.get(), std::time::Duration::from_millis(b.timeout_ms)))
+                }
+            }
+            _ => None,
+        };
+        let mut stage =
+            Infer { name, model: path.display().to_string(), m, input, output_names, pools, intra_threads, batch, stacked: Vec::new() };
         if c.warmup
             && let Some(shape) = warm_shape
         {
@@ -107,7 +126,94 @@ impl Infer {
     }
 }
 
+impl Infer {
+    /// Run frames whose inputs have the same shape `[1, ...]` as one batch and
+    /// give each frame its slice of the outputs.
+    fn run_stacked(&mut self, frames: &mut [Frame], idx: &[usize]) -> Result<(), String> {
+        let inputs: Vec<Arc<Payload>> = idx
+            .iter()
+            .map(|&i| {
+                frames[i]
+                    .results
+                    .iter()
+                    .rev()
+                    .find(|a| matches!(&*a.payload, Payload::Input(_)))
+                    .map(|a| Arc::clone(&a.payload))
+                    .expect("checked by caller")
+            })
+            .collect();
+        let tensors: Vec<&crate::frame::ModelInput> =
+            inputs.iter().map(|p| if let Payload::Input(mi) = &**p { mi } else { unreachable!() }).collect();
+        let mut shape = tensors[0].tensor.shape.clone();
+        shape[0] = tensors.len();
+        let mut stacked = std::mem::take(&mut self.stacked);
+        stacked.clear();
+        for t in &tensors {
+            stacked.extend_from_slice(&t.tensor.data);
+        }
+        let r = self.run(&shape, &stacked);
+        self.stacked = stacked;
+        let outputs = r?;
+        let n = idx.len();
+        for (k, &i) in idx.iter().enumerate() {
+            let mut mine = Vec::with_capacity(outputs.len());
+            for ((name, t), pool) in outputs.iter().zip(&self.pools) {
+                if t.shape.first() != Some(&n) {
+                    return Err(format!("output `{name}` has shape {:?}: no batch dimension of {n} to split", t.shape));
+                }
+                let per = t.data.len() / n;
+                let mut buf = pool.get(per);
+                buf.copy_from_slice(&t.data[k * per..(k + 1) * per]);
+                let mut s = t.shape.clone();
+                s[0] = 1;
+                mine.push((name.clone(), Tensor { shape: s, data: buf }));
+            }
+            frames[i].attach(&self.name, Payload::Outputs(ModelOutputs { outputs: mine, letterbox: Some(tensors[k].letterbox) }));
+        }
+        Ok(())
+    }
+}
+
 impl Stage for Infer {
+    fn batching(&self) -> Option<(usize, std::time::Duration)> {
+        self.batch
+    }
+
+    fn process_batch(&mut self, frames: &mut [Frame]) -> Vec<Result<(), StageError>> {
+        // Whole-frame inputs of the same shape run together; anything else (crops) one by one.
+        let stackable = |f: &Frame| {
+            f.results.iter().rev().find_map(|a| match &*a.payload {
+                Payload::Input(mi) if mi.tensor.shape.first() == Some(&1) => Some(Some(mi.tensor.shape.clone())),
+                Payload::Input(_) | Payload::Crops(_) => Some(None),
+                _ => None,
+            })
+        };
+        let shapes: Vec<Option<Vec<usize>>> = frames.iter().map(|f| stackable(f).flatten()).collect();
+        let mut results: Vec<Option<Result<(), StageError>>> = (0..frames.len()).map(|_| None).collect();
+        let mut done = vec![false; frames.len()];
+        for i in 0..frames.len() {
+            if done[i] {
+                continue;
+            }
+            let Some(shape) = &shapes[i] else { continue };
+            let group: Vec<usize> = (i..frames.len()).filter(|&j| !done[j] && shapes[j].as_ref() == Some(shape)).collect();
+            if group.len() < 2 {
+                continue;
+            }
+            let r = self.run_stacked(frames, &group);
+            for &j in &group {
+                done[j] = true;
+                results[j] = Some(r.clone().map_err(StageError::Frame));
+            }
+        }
+        for (i, f) in frames.iter_mut().enumerate() {
+            if results[i].is_none() {
+                results[i] = Some(self.process(f));
+            }
+        }
+        results.into_iter().map(|r| r.expect("every frame handled")).collect()
+    }
+
     fn provider(&self) -> Option<String> {
         let mut s = self.m.provider.to_string();
         for (p, _) in &self.m.fallbacks {

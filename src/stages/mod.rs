@@ -52,6 +52,14 @@ pub trait Source: Send {
 pub trait Stage: Send {
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError>;
     fn describe(&self) -> String;
+    /// `(max frames, longest wait for the oldest)` when this stage takes frames in batches.
+    fn batching(&self) -> Option<(usize, std::time::Duration)> {
+        None
+    }
+    /// Process a batch (default: one frame at a time). One result per frame, in order.
+    fn process_batch(&mut self, frames: &mut [Frame]) -> Vec<Result<(), StageError>> {
+        frames.iter_mut().map(|f| self.process(f)).collect()
+    }
     /// The execution provider in use, with any fallback, for the summary.
     fn provider(&self) -> Option<String> {
         None
