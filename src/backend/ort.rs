@@ -171,6 +171,50 @@ fn builder(rt: &OrtRuntime, opts: &SessionOptions) -> Result<ort::session::build
         .map_err(e)
 }
 
+/// Where built TensorRT engines for `model` live: a folder per model hash,
+/// profile shapes and ONNX Runtime version, so a changed model, shape or
+/// runtime never picks up a stale engine.
+pub fn engine_cache_dir(root: &Path, model: &Path, opts: &crate::config::TensorRtOptions, ort_version: &str) -> std::io::Result<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(std::fs::read(model)?);
+    let model_hash = h.finalize();
+    let mut k = Sha256::new();
+    for s in [&opts.min_shapes, &opts.opt_shapes, &opts.max_shapes] {
+        k.update(s.as_deref().unwrap_or("-").as_bytes());
+        k.update(b"|");
+    }
+    k.update(format!("fp16={} int8={}", opts.fp16, opts.int8).as_bytes());
+    let hex = |b: &[u8]| b.iter().take(8).map(|x| format!("{x:02x}")).collect::<String>();
+    Ok(root.join(format!("{}-{}-ort{ort_version}", hex(&model_hash), hex(&k.finalize()))))
+}
+
+fn tensorrt(rt: &OrtRuntime, model: &Path, spec: &ProviderSpec) -> Result<ep::TensorRT, String> {
+    let o = &spec.tensorrt;
+    let mut t = ep::TensorRT::default().with_device_id(spec.device_id).with_fp16(o.fp16).with_int8(o.int8);
+    if let Some(table) = &o.int8_calibration_table {
+        t = t.with_int8_calibration_table_name(table);
+    }
+    if let Some(root) = &o.engine_cache {
+        let dir = engine_cache_dir(Path::new(root), model, o, &rt.version()).map_err(|e| format!("engine cache: {e}"))?;
+        std::fs::create_dir_all(&dir).map_err(|e| format!("engine cache {}: {e}", dir.display()))?;
+        t = t.with_engine_cache(true).with_engine_cache_path(dir.display());
+        if o.timing_cache {
+            t = t.with_timing_cache(true).with_timing_cache_path(dir.display());
+        }
+    }
+    for (shapes, set) in [(&o.min_shapes, 0), (&o.opt_shapes, 1), (&o.max_shapes, 2)] {
+        if let Some(s) = shapes {
+            t = match set {
+                0 => t.with_profile_min_shapes(s),
+                1 => t.with_profile_opt_shapes(s),
+                _ => t.with_profile_max_shapes(s),
+            };
+        }
+    }
+    Ok(t)
+}
+
 /// Open `model`, trying the providers in order. A provider that fails is
 /// reported with a warning (or is an error when marked required).
 pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Result<ModelSession, OrtError> {
@@ -179,7 +223,7 @@ pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Res
         let attempt = (|| -> Result<Session, String> {
             let b = builder(rt, opts)?;
             let dispatch = match spec.name {
-                ProviderName::Tensorrt => ep::TensorRT::default().with_device_id(spec.device_id).build().error_on_failure(),
+                ProviderName::Tensorrt => tensorrt(rt, model, spec)?.build().error_on_failure(),
                 ProviderName::Cuda => ep::CUDA::default().with_device_id(spec.device_id).build().error_on_failure(),
                 // The CPU EP defaults to no memory arena in ort; the arena is ONNX Runtime's own default and much faster.
                 ProviderName::Cpu => ep::CPU::default().with_arena_allocator(true).build().error_on_failure(),
@@ -217,7 +261,7 @@ pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Res
 /// Read a model's inputs, outputs and metadata without running it.
 pub fn inspect(rt: &OrtRuntime, model: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>), OrtError> {
     let opts = SessionOptions {
-        providers: vec![ProviderSpec { name: ProviderName::Cpu, required: true, device_id: 0 }],
+        providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cpu) }],
         intra_threads: 1,
         inter_threads: 1,
         spinning: false,
@@ -244,7 +288,7 @@ pub struct ModelReport {
 /// Load `model` on the CPU and read its signature and metadata.
 pub fn model_report(rt: &OrtRuntime, model: &Path) -> Result<ModelReport, OrtError> {
     let opts = SessionOptions {
-        providers: vec![ProviderSpec { name: ProviderName::Cpu, required: true, device_id: 0 }],
+        providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cpu) }],
         intra_threads: 1,
         inter_threads: 1,
         spinning: false,
@@ -270,4 +314,31 @@ pub fn model_report(rt: &OrtRuntime, model: &Path) -> Result<ModelReport, OrtErr
         inputs: s.inputs,
         outputs: s.outputs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TensorRtOptions;
+
+    #[test]
+    fn engine_cache_is_keyed_by_model_shapes_and_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.onnx"), dir.path().join("b.onnx"));
+        std::fs::write(&a, b"model a").unwrap();
+        std::fs::write(&b, b"model b").unwrap();
+        let root = Path::new("cache");
+        let o = TensorRtOptions { opt_shapes: Some("x:1x3x384x640".into()), ..Default::default() };
+        let key = |m: &Path, o: &TensorRtOptions, v: &str| engine_cache_dir(root, m, o, v).unwrap();
+        assert_eq!(key(&a, &o, "1.31.1"), key(&a, &o, "1.31.1"));
+        assert_ne!(key(&a, &o, "1.31.1"), key(&b, &o, "1.31.1"), "model");
+        assert_ne!(
+            key(&a, &o, "1.31.1"),
+            key(&a, &TensorRtOptions { opt_shapes: Some("x:1x3x640x640".into()), ..Default::default() }, "1.31.1"),
+            "shapes"
+        );
+        assert_ne!(key(&a, &o, "1.31.1"), key(&a, &TensorRtOptions { fp16: true, ..o.clone() }, "1.31.1"), "precision");
+        assert_ne!(key(&a, &o, "1.31.1"), key(&a, &o, "1.32.0"), "runtime version");
+        assert!(key(&a, &o, "1.31.1").starts_with(root) && key(&a, &o, "1.31.1").to_string_lossy().ends_with("-ort1.31.1"));
+    }
 }

@@ -20,6 +20,9 @@ use infer_stream::runtime::trace::Tracer;
 use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
 use infer_stream::stages::{self, BuildOptions};
 
+/// When the process started (for "ready in" and time to first result).
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 /// Exit codes (also in README).
 pub mod exit {
     pub const OK: u8 = 0;
@@ -169,6 +172,8 @@ fn init_logging(verbose: u8, quiet: bool) {
 }
 
 pub fn main() -> ExitCode {
+    let started = std::time::Instant::now();
+    let _ = STARTED.set(started);
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -427,7 +432,12 @@ fn run(
     if let Some(t) = &tracer {
         pipeline = pipeline.with_tracer(t.clone());
     }
-    tracing::info!("pipeline `{}` from {}", pipeline.name, path.display());
+    tracing::info!(
+        "pipeline `{}` from {}: ready in {:.0} ms (models loaded and warmed up)",
+        pipeline.name,
+        path.display(),
+        STARTED.get().map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3)
+    );
     for n in &pipeline.nodes {
         tracing::info!("  {} `{}` ({}): {}", n.role.noun(), n.name, n.kind, n.describe);
     }

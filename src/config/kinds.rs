@@ -171,13 +171,38 @@ impl fmt::Display for ProviderName {
     }
 }
 
-/// `"cuda"` or `{ name = "cuda", required = true, device_id = 0 }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// TensorRT settings (`{ name = "tensorrt", fp16 = true, engine_cache = "cache/trt", ... }`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TensorRtOptions {
+    pub fp16: bool,
+    pub int8: bool,
+    /// INT8 calibration table (path).
+    pub int8_calibration_table: Option<String>,
+    /// Folder for built engines; each model gets a subfolder keyed by its hash,
+    /// its input shapes and the ONNX Runtime version, so a stale engine is never reused.
+    pub engine_cache: Option<String>,
+    /// Keep TensorRT's timing cache beside the engines.
+    pub timing_cache: bool,
+    /// Shapes for dynamic inputs, e.g. `"x:1x3x384x640"` (TensorRT profile min/opt/max).
+    pub min_shapes: Option<String>,
+    pub opt_shapes: Option<String>,
+    pub max_shapes: Option<String>,
+}
+
+/// `"cuda"` or `{ name = "cuda", required = true, device_id = 0 }` (TensorRT takes more keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSpec {
     pub name: ProviderName,
     /// A required provider that cannot load is an error, never a fallback.
     pub required: bool,
     pub device_id: i32,
+    pub tensorrt: TensorRtOptions,
+}
+
+impl ProviderSpec {
+    pub fn named(name: ProviderName) -> Self {
+        ProviderSpec { name, required: false, device_id: 0, tensorrt: TensorRtOptions::default() }
+    }
 }
 
 impl<'de> Deserialize<'de> for ProviderSpec {
@@ -190,20 +215,49 @@ impl<'de> Deserialize<'de> for ProviderSpec {
             required: bool,
             #[serde(default)]
             device_id: i32,
+            #[serde(default)]
+            fp16: bool,
+            #[serde(default)]
+            int8: bool,
+            int8_calibration_table: Option<String>,
+            engine_cache: Option<String>,
+            #[serde(default)]
+            timing_cache: bool,
+            min_shapes: Option<String>,
+            opt_shapes: Option<String>,
+            max_shapes: Option<String>,
         }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = ProviderSpec;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a provider name (`tensorrt`, `cuda`, `cpu`) or a table { name, required, device_id }")
+                f.write_str("a provider name (`tensorrt`, `cuda`, `cpu`) or a table { name, required, device_id, ... }")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                let name = ProviderName::deserialize(de::value::StrDeserializer::<E>::new(v))?;
-                Ok(ProviderSpec { name, required: false, device_id: 0 })
+                Ok(ProviderSpec::named(ProviderName::deserialize(de::value::StrDeserializer::<E>::new(v))?))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ProviderSpec { name: t.name, required: t.required, device_id: t.device_id })
+                let tensorrt = TensorRtOptions {
+                    fp16: t.fp16,
+                    int8: t.int8,
+                    int8_calibration_table: t.int8_calibration_table,
+                    engine_cache: t.engine_cache,
+                    timing_cache: t.timing_cache,
+                    min_shapes: t.min_shapes,
+                    opt_shapes: t.opt_shapes,
+                    max_shapes: t.max_shapes,
+                };
+                if t.name != ProviderName::Tensorrt && tensorrt != TensorRtOptions::default() {
+                    return Err(de::Error::custom(format!(
+                        "fp16, int8, int8_calibration_table, engine_cache, timing_cache and *_shapes apply to `tensorrt`, not `{}`",
+                        t.name
+                    )));
+                }
+                if t.int8 && tensorrt.int8_calibration_table.is_none() {
+                    return Err(de::Error::custom("int8 = true needs int8_calibration_table"));
+                }
+                Ok(ProviderSpec { name: t.name, required: t.required, device_id: t.device_id, tensorrt })
             }
         }
         d.deserialize_any(V)
@@ -211,7 +265,7 @@ impl<'de> Deserialize<'de> for ProviderSpec {
 }
 
 fn cpu_only() -> Spanned<Vec<ProviderSpec>> {
-    Spanned::new(0..0, vec![ProviderSpec { name: ProviderName::Cpu, required: false, device_id: 0 }])
+    Spanned::new(0..0, vec![ProviderSpec::named(ProviderName::Cpu)])
 }
 
 /// `kind = "infer"`: run an ONNX model with ONNX Runtime.

@@ -56,7 +56,7 @@ fn every_bad_key_of_one_node_is_reported() {
         vec![
             "p.toml:7:9: invalid type: integer `42`, expected a string",
             "p.toml:8:17: invalid type: string \"two\", expected usize",
-            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`",
+            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`, `batch`",
         ]
     );
 }
@@ -122,10 +122,24 @@ fn providers_as_names_or_tables() {
     );
     let cfg = parse(Path::new("p.toml"), src).unwrap();
     let NodeKind::Infer(c) = &cfg.nodes[2].kind else { panic!() };
-    assert_eq!(c.providers.get_ref()[0], ProviderSpec { name: ProviderName::Cuda, required: true, device_id: 1 });
+    assert_eq!(c.providers.get_ref()[0], ProviderSpec { required: true, device_id: 1, ..ProviderSpec::named(ProviderName::Cuda) });
     assert_eq!(c.providers.get_ref()[1].name, ProviderName::Cpu);
     let bad = format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\nproviders = [\"cudnn\"]\n{SINK}");
     assert_eq!(headlines(&bad), vec!["p.toml:8:14: unknown variant `cudnn`, expected one of `tensorrt`, `cuda`, `cpu`"]);
+    let trt = format!(
+        "{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\nproviders = [{{ name = \"tensorrt\", fp16 = true, engine_cache = \"cache\", min_shapes = \"x:1x3x32x32\" }}, \"cpu\"]\n{SINK}"
+    );
+    let (cfg, _) = parse_lenient(Path::new("p.toml"), trt);
+    let NodeKind::Infer(c) = &cfg.unwrap().nodes[1].kind else { panic!() };
+    let t = &c.providers.get_ref()[0].tensorrt;
+    assert!(t.fp16 && t.engine_cache.as_deref() == Some("cache") && t.min_shapes.as_deref() == Some("x:1x3x32x32"));
+    let misplaced = format!(
+        "{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\nproviders = [{{ name = \"cuda\", fp16 = true }}]\n{SINK}"
+    );
+    assert_eq!(
+        headlines(&misplaced),
+        vec!["p.toml:8:14: fp16, int8, int8_calibration_table, engine_cache, timing_cache and *_shapes apply to `tensorrt`, not `cuda`"]
+    );
 }
 
 #[test]

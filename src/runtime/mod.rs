@@ -397,6 +397,7 @@ impl Pipeline {
         let errors = source_errors.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut report = RunReport::new(self.name, &stats, acct.snapshot(), wall, shutdown.signal(), shutdown.fatal(), errors);
         report.providers = providers;
+        report.first_result_ms = stats.iter().filter_map(|s| s.first_out.get()).min().map(|t| (*t - started).as_secs_f64() * 1e3);
         report
     }
 }
@@ -550,6 +551,7 @@ fn run_node(
                 }
                 match r {
                     Ok(Ok(())) => {
+                        let _ = st.first_out.set(t1);
                         frame.ticket.sunk();
                         st.frames_out.fetch_add(1, Ordering::Relaxed);
                     }

@@ -73,6 +73,8 @@ pub struct RunReport {
     pub source_errors: Vec<String>,
     /// (infer node, execution provider in use).
     pub providers: Vec<(String, String)>,
+    /// From the start of the run to the first frame written by a sink.
+    pub first_result_ms: Option<f64>,
 }
 
 impl RunReport {
@@ -123,6 +125,7 @@ impl RunReport {
             fatal,
             source_errors,
             providers: Vec::new(),
+            first_result_ms: None,
         }
     }
 
@@ -180,6 +183,9 @@ impl RunReport {
         }
         for (node, provider) in &self.providers {
             let _ = writeln!(s, "{node}: execution provider {provider}");
+        }
+        if let Some(ms) = self.first_result_ms {
+            let _ = writeln!(s, "time to first result: {ms:.0} ms after the pipeline started");
         }
         let _ = writeln!(s, "{}", self.accounting_line());
         let _ = write!(s, "wall {:.2} s, {:.2} frames/s through the pipeline", self.wall_seconds, self.fps());

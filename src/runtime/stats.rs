@@ -27,6 +27,8 @@ pub struct NodeStats {
     pub queued: AtomicU64,
     pub max_depth: AtomicUsize,
     pub done: AtomicBool,
+    /// When this sink wrote its first frame.
+    pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
     pub batch_sizes: Mutex<Vec<u64>>,
     /// Time spent on each frame, µs.
@@ -56,6 +58,7 @@ impl NodeStats {
             max_depth: AtomicUsize::new(0),
             done: AtomicBool::new(false),
             batch_sizes: Mutex::new(Vec::new()),
+            first_out: std::sync::OnceLock::new(),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
