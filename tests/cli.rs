@@ -508,3 +508,42 @@ fn batches_form_across_streams_and_split_back_exactly() {
         }
     }
 }
+
+/// The orientation classifier on crops: upright text reads upright, and the
+/// same clip turned 180° (made here with the ffmpeg CLI) reads upside down.
+#[test]
+fn classification_on_crops_tells_orientation() {
+    require_assets();
+    let out = tempfile::tempdir().unwrap();
+    let flipped = out.path().join("flipped.mp4");
+    let st = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(root().join("samples/eval-720p.mp4"))
+        .args(["-frames:v", "60", "-vf", "hflip,vflip", "-c:v", "libx264", "-threads", "1"])
+        .arg(&flipped)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (input, want) in [(root().join("samples/eval-720p.mp4"), "upright"), (flipped, "upside-down")] {
+        let ndjson = out.path().join(format!("{want}.ndjson"));
+        let o = bin()
+            .args(["run", "pipelines/classify.toml", "--progress", "never"])
+            .env("CLASSIFY_INPUT", &input)
+            .env("CLASSIFY_OUTPUT", &ndjson)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let (mut right, mut total) = (0, 0);
+        for l in read_ndjson(&ndjson) {
+            let classes = l["results"]["orientation"]["classes"].as_array().unwrap();
+            // One classification per detected region, with its box.
+            assert_eq!(classes.len(), l["results"]["boxes"]["text_boxes"].as_array().unwrap().len());
+            for c in classes {
+                assert!(c["bbox"].is_array());
+                total += 1;
+                right += usize::from(c["top"][0]["label"] == want);
+            }
+        }
+        assert!(total > 100 && right as f64 >= 0.95 * total as f64, "{want}: {right} of {total}");
+    }
+}

@@ -19,6 +19,7 @@ pub enum NodeKind {
     Crop(CropConfig),
     TextRecognition(TextRecognitionConfig),
     Detection(DetectionConfig),
+    Classification(ClassificationConfig),
     Ndjson(NdjsonSinkConfig),
     Null(NullSinkConfig),
 }
@@ -33,6 +34,7 @@ impl NodeKind {
             NodeKind::Crop(_) => "crop",
             NodeKind::TextRecognition(_) => "text_recognition",
             NodeKind::Detection(_) => "detection",
+            NodeKind::Classification(_) => "classification",
             NodeKind::Ndjson(_) => "ndjson",
             NodeKind::Null(_) => "null",
         }
@@ -40,7 +42,7 @@ impl NodeKind {
 }
 
 const SOURCE_KINDS: &[&str] = &["file"];
-const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection"];
+const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification"];
 const SINK_KINDS: &[&str] = &["ndjson", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
@@ -60,6 +62,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "crop") => NodeKind::Crop(CropConfig::deserialize(d)?),
         (Role::Stage, "text_recognition") => NodeKind::TextRecognition(TextRecognitionConfig::deserialize(d)?),
         (Role::Stage, "detection") => NodeKind::Detection(DetectionConfig::deserialize(d)?),
+        (Role::Stage, "classification") => NodeKind::Classification(ClassificationConfig::deserialize(d)?),
         (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
@@ -470,6 +473,29 @@ fn det_iou() -> f32 {
 }
 fn det_max() -> usize {
     300
+}
+
+/// `kind = "classification"`: class scores → top-k classes with labels, per
+/// frame (model run on whole frames) or per region (model run on crops).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassificationConfig {
+    /// Apply softmax to the outputs first (off when the model already outputs probabilities).
+    #[serde(default)]
+    pub softmax: bool,
+    #[serde(default = "top_k")]
+    pub top_k: usize,
+    /// Classes below this score are left out.
+    #[serde(default)]
+    pub min_score: f32,
+    /// Class names, one per line (default: the model's `names` metadata, else class numbers).
+    pub labels: Option<Spanned<String>>,
+    /// Model output to read (default: the first).
+    pub output: Option<Spanned<String>>,
+}
+
+fn top_k() -> usize {
+    1
 }
 
 /// `kind = "ndjson"`: one JSON object per frame, one line each.

@@ -167,9 +167,36 @@ pub struct Object {
     pub label: Option<Arc<str>>,
 }
 
+/// One class with its score.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ClassScore {
+    pub class: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<Arc<str>>,
+    #[serde(serialize_with = "round_score")]
+    pub score: f32,
+}
+
+/// The top classes of a frame, or of one region of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Classified {
+    /// The region (for models run on crops).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "round_opt_px")]
+    pub bbox: Option<[f32; 4]>,
+    pub top: Vec<ClassScore>,
+}
+
+fn round_opt_px<S: serde::Serializer>(v: &Option<[f32; 4]>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(b) => round_px(b, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
+    Classes(Vec<Classified>),
     Objects(Vec<Object>),
     Input(ModelInput),
     Outputs(ModelOutputs),
@@ -186,6 +213,7 @@ impl Payload {
             Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
             Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
             Payload::Objects(o) => Some(serde_json::json!({ "detections": o })),
+            Payload::Classes(c) => Some(serde_json::json!({ "classes": c })),
         }
     }
 }

@@ -18,6 +18,7 @@ pub enum DataType {
     Crops,
     Texts,
     Objects,
+    Classes,
     /// Sinks produce nothing.
     Nothing,
 }
@@ -32,6 +33,7 @@ impl DataType {
             DataType::Crops => "crop batches",
             DataType::Texts => "recognised text",
             DataType::Objects => "detections",
+            DataType::Classes => "classes",
             DataType::Nothing => "nothing",
         }
     }
@@ -46,6 +48,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Crop(_) => DataType::Crops,
         NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Detection(_) => DataType::Objects,
+        NodeKind::Classification(_) => DataType::Classes,
         NodeKind::Ndjson(_) | NodeKind::Null(_) => DataType::Nothing,
     }
 }

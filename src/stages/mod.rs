@@ -154,7 +154,18 @@ fn class_names(
     c: &crate::config::DetectionConfig,
     rt: Option<&OrtRuntime>,
 ) -> Result<Vec<String>, Diagnostic> {
-    if let Some(l) = &c.labels {
+    labels_for(cfg, graph, i, c.labels.as_ref(), rt)
+}
+
+/// Labels from a file, else the `names` metadata of the model feeding node `i`.
+fn labels_for(
+    cfg: &PipelineConfig,
+    graph: &Graph,
+    i: usize,
+    labels: Option<&toml::Spanned<String>>,
+    rt: Option<&OrtRuntime>,
+) -> Result<Vec<String>, Diagnostic> {
+    if let Some(l) = labels {
         let path = cfg.resolve_path(l)?;
         let text = std::fs::read_to_string(&path).map_err(|e| cfg.diag(l.span(), format!("cannot read labels {}: {e}", path.display())))?;
         return Ok(text.lines().map(|s| s.trim().to_string()).collect());
@@ -210,6 +221,10 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(postprocess::db::TextDetection::new(name, c.clone())))),
             NodeKind::Detection(c) => class_names(cfg, graph, i, c, rt)
                 .map(|names| Body::Stage(Box::new(postprocess::yolo::Yolo::new(name, c.clone(), names)) as Box<dyn Stage>)),
+            NodeKind::Classification(c) => match labels_for(cfg, graph, i, c.labels.as_ref(), rt) {
+                Ok(l) => Ok(Body::Stage(Box::new(postprocess::classify::Classification::new(name, c.clone(), l)))),
+                Err(d) => Err(d),
+            },
             NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
