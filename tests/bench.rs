@@ -55,6 +55,7 @@ fn bench_json_matches_its_schema_and_names_the_bottleneck() {
     assert_eq!(kinds, ["preprocess", "infer", "text_detection"]);
     let f = |k: &str| iso["stages"].as_array().unwrap().iter().find(|s| s["kind"] == k).unwrap()["fps"].as_f64().unwrap();
     let bound = 1.0 / (1.0 / iso["decode"]["fps"].as_f64().unwrap() + 1.0 / f("preprocess") + 1.0 / f("infer"));
+    assert_eq!(iso["bound"], "shared-cpu", "inference runs on the CPU here");
     assert!((iso["bound_fps"].as_f64().unwrap() - bound).abs() < 1e-6 * bound);
     assert!(iso["efficiency"].as_f64().unwrap() > 0.0);
     assert!(!v["timeline"].as_array().unwrap().is_empty());
