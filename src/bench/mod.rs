@@ -263,7 +263,8 @@ pub fn bench(cfg: &PipelineConfig, graph: &Graph, opts: &BenchOptions) -> Result
     // Inference on a GPU runs beside the CPU stages: then the slowest stage bounds the pipeline.
     let separate = run.providers.iter().any(|(_, p)| !p.starts_with("cpu"));
     let isolate = alone.map(|(decode, stages)| {
-        let (kind, bound_fps) = if separate { ("separate-engines", bound_separate(&decode, &stages)) } else { ("shared-cpu", bound(&decode, &stages)) };
+        let (kind, bound_fps) =
+            if separate { ("separate-engines", bound_separate(&decode, &stages)) } else { ("shared-cpu", bound(&decode, &stages)) };
         Isolated { decode, stages, bound: kind, bound_fps, efficiency: run.fps() / bound_fps }
     });
     Ok(BenchReport {
@@ -340,7 +341,10 @@ impl BenchReport {
             if i.bound == "shared-cpu" {
                 s.push_str(&format!("machine bound 1/(1/decode + 1/preprocess + 1/infer) = {:.2} fps\n", i.bound_fps));
             } else {
-                s.push_str(&format!("machine bound min(decode, preprocess, infer) = {:.2} fps (inference on its own engine)\n", i.bound_fps));
+                s.push_str(&format!(
+                    "machine bound min(decode, preprocess, infer) = {:.2} fps (inference on its own engine)\n",
+                    i.bound_fps
+                ));
             }
             s.push_str(&format!(
                 "efficiency: pipeline {:.2} fps / bound = {:.3}\n",

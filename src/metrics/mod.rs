@@ -233,6 +233,51 @@ impl Collector for Metrics {
             "Time from a frame's decoding to its sink.",
             all().filter(|(_, s)| s.role == Role::Sink).map(|(l, s)| (l, &s.end_to_end)),
         )?;
+        // The same counts per stream (a stage fed by several sources sees each of them).
+        let per_stream: Vec<(&NodeStats, crate::runtime::stats::StreamCounts)> =
+            w.nodes.iter().map(|s| (s.as_ref(), s.stream_counts())).collect();
+        family(
+            &mut enc,
+            "infer_stream_stream_frames",
+            "Frames of one stream in one node, by outcome (in, out, dropped, failed).",
+            None,
+            MetricType::Counter,
+            per_stream.iter().flat_map(|(s, counts)| {
+                counts.iter().flat_map(move |(stream, c)| {
+                    ["in", "out", "dropped", "failed"].into_iter().zip(*c).filter(move |(o, _)| s.role != Role::Source || *o == "out").map(
+                        move |(outcome, v)| {
+                            (
+                                [("pipeline", p), ("node", s.name.as_str()), ("stream", &**stream), ("outcome", outcome)],
+                                ConstCounter::new(v),
+                            )
+                        },
+                    )
+                })
+            }),
+        )?;
+        // Batch sizes formed by batching stages.
+        let mut fam = enc.encode_descriptor(
+            "infer_stream_node_batch_size",
+            "Frames per model run in a batching infer stage.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for s in w.nodes.iter() {
+            let sizes = s.batch_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if sizes.is_empty() {
+                continue;
+            }
+            let (mut sum, mut count) = (0f64, 0u64);
+            let mut buckets: Vec<(f64, u64)> = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, f64::INFINITY].iter().map(|&b| (b, 0)).collect();
+            for (n, c) in sizes.iter().enumerate().filter(|(_, c)| **c > 0) {
+                sum += (n as u64 * c) as f64;
+                count += c;
+                if let Some(b) = buckets.iter_mut().find(|(le, _)| n as f64 <= *le) {
+                    b.1 += c;
+                }
+            }
+            fam.encode_family(&node_labels(p, s))?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
         let size = |a: &AtomicUsize| a.load(Ordering::Relaxed) as u64;
         gauges(
             &mut enc,

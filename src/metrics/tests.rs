@@ -236,3 +236,34 @@ fn a_busy_port_is_an_error() {
     assert!(msg.starts_with(&format!("cannot listen on {addr}: ")), "{msg}");
     assert!(matches!(e, MetricsError::Bind { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse));
 }
+
+#[test]
+fn per_stream_counts_and_batch_sizes() {
+    use crate::frame::Accounting;
+    use crate::runtime::stats::StreamEvent;
+    let m = Metrics::new();
+    let det = std::sync::Arc::new(NodeStats::new("det", "infer", Role::Stage));
+    let (a, b): (std::sync::Arc<str>, std::sync::Arc<str>) = ("cam0".into(), "cam1".into());
+    for _ in 0..3 {
+        det.stream(&a, StreamEvent::In);
+        det.stream(&a, StreamEvent::Out);
+    }
+    det.stream(&b, StreamEvent::In);
+    det.stream(&b, StreamEvent::Failed);
+    det.batch_formed(4);
+    det.batch_formed(4);
+    det.batch_formed(3);
+    m.watch_stats("p".into(), vec![det], vec![], std::sync::Arc::new(Accounting::default()), Shutdown::new());
+    let t = openmetrics(&m);
+    for line in [
+        "infer_stream_stream_frames_total{pipeline=\"p\",node=\"det\",stream=\"cam0\",outcome=\"in\"} 3",
+        "infer_stream_stream_frames_total{pipeline=\"p\",node=\"det\",stream=\"cam0\",outcome=\"out\"} 3",
+        "infer_stream_stream_frames_total{pipeline=\"p\",node=\"det\",stream=\"cam1\",outcome=\"failed\"} 1",
+        "infer_stream_node_batch_size_bucket{le=\"2.0\",pipeline=\"p\",node=\"det\",kind=\"infer\"} 0",
+        "infer_stream_node_batch_size_bucket{le=\"4.0\",pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+        "infer_stream_node_batch_size_sum{pipeline=\"p\",node=\"det\",kind=\"infer\"} 11.0",
+        "infer_stream_node_batch_size_count{pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+    ] {
+        assert!(t.lines().any(|l| l == line), "missing line\n{line}\nin\n{t}");
+    }
+}

@@ -18,7 +18,7 @@ use crate::frame::{Accounting, Frame, Image};
 use crate::graph::Graph;
 use crate::stages::{Body, StageError};
 pub use report::RunReport;
-pub use stats::NodeStats;
+pub use stats::{NodeStats, StreamEvent};
 
 /// Why and whether the pipeline is stopping.
 #[derive(Debug, Default)]
@@ -91,6 +91,7 @@ impl Edge {
                 Err(TrySendError::Full(f)) => {
                     f.ticket.dropped();
                     self.to.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.to.stream(&f.stream, StreamEvent::Dropped);
                     true
                 }
                 Err(TrySendError::Disconnected(f)) => {
@@ -200,6 +201,7 @@ impl<'a> SourceCtx<'a> {
     /// Send a frame downstream; `false` when nobody is listening any more.
     pub fn emit(&mut self, frame: Frame) -> bool {
         self.stats.frames_out.fetch_add(1, Ordering::Relaxed);
+        self.stats.stream(&frame.stream, StreamEvent::Out);
         let t0 = Instant::now();
         if let Some(t) = &mut self.trace {
             // Decoding this frame took from the previous hand-off until now.
@@ -470,13 +472,13 @@ fn run_node(
                         }
                     }
                 }
-                for _ in &batch {
-                    st.frame_in(rx.len());
+                for f in &batch {
+                    st.took(f, rx.len());
                 }
                 if dead {
                     for frame in batch.drain(..) {
                         frame.ticket.failed();
-                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        st.failed_on(&frame);
                     }
                     continue;
                 }
@@ -509,19 +511,19 @@ fn run_node(
                     }
                     match r {
                         Outcome::Done => {
-                            st.frames_out.fetch_add(1, Ordering::Relaxed);
+                            st.passed(&frame);
                             out.send(frame);
                         }
                         Outcome::Skip(e) => {
                             frame.ticket.failed();
-                            let n = st.failed.fetch_add(1, Ordering::Relaxed) + 1;
+                            let n = st.failed_on(&frame);
                             if n.is_power_of_two() {
                                 tracing::warn!("stage `{name}`: stream `{}` frame {}: {e} (skipped; {n} so far)", frame.stream, frame.seq);
                             }
                         }
                         Outcome::Stop(e) => {
                             frame.ticket.failed();
-                            st.failed.fetch_add(1, Ordering::Relaxed);
+                            st.failed_on(&frame);
                             if !dead {
                                 sd.fail(format!("stage `{name}` failed on stream `{}` frame {}: {e}", frame.stream, frame.seq));
                             }
@@ -535,10 +537,10 @@ fn run_node(
             let rx = rx.expect("sink has an input");
             let mut dead = false;
             for frame in rx.iter() {
-                st.frame_in(rx.len());
+                st.took(&frame, rx.len());
                 if dead {
                     frame.ticket.failed();
-                    st.failed.fetch_add(1, Ordering::Relaxed);
+                    st.failed_on(&frame);
                     continue;
                 }
                 let t0 = Instant::now();
@@ -553,22 +555,22 @@ fn run_node(
                     Ok(Ok(())) => {
                         let _ = st.first_out.set(t1);
                         frame.ticket.sunk();
-                        st.frames_out.fetch_add(1, Ordering::Relaxed);
+                        st.passed(&frame);
                     }
                     Ok(Err(StageError::Frame(e))) if on_error == OnError::Skip => {
                         frame.ticket.failed();
-                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        st.failed_on(&frame);
                         tracing::warn!("sink `{name}`: stream `{}` frame {}: {e} (skipped)", frame.stream, frame.seq);
                     }
                     Ok(Err(e)) => {
                         frame.ticket.failed();
-                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        st.failed_on(&frame);
                         sd.fail(format!("sink `{name}` failed on stream `{}` frame {}: {e}", frame.stream, frame.seq));
                         dead = true;
                     }
                     Err(p) => {
                         frame.ticket.failed();
-                        st.failed.fetch_add(1, Ordering::Relaxed);
+                        st.failed_on(&frame);
                         sd.fail(format!("sink `{name}` panicked on stream `{}` frame {}: {}", frame.stream, frame.seq, panic_message(p)));
                         dead = true;
                     }

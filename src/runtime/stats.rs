@@ -9,6 +9,18 @@ use hdrhistogram::Histogram;
 
 use crate::config::Role;
 
+/// What happened to frames of one stream in one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEvent {
+    In,
+    Out,
+    Dropped,
+    Failed,
+}
+
+/// Per-stream counts in one node: in, out, dropped, failed.
+pub type StreamCounts = Vec<(std::sync::Arc<str>, [u64; 4])>;
+
 /// Live statistics of one node.
 #[derive(Debug)]
 pub struct NodeStats {
@@ -27,6 +39,8 @@ pub struct NodeStats {
     pub queued: AtomicU64,
     pub max_depth: AtomicUsize,
     pub done: AtomicBool,
+    /// The same counts split by stream (a few streams: a short list).
+    pub streams: Mutex<StreamCounts>,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -59,6 +73,7 @@ impl NodeStats {
             done: AtomicBool::new(false),
             batch_sizes: Mutex::new(Vec::new()),
             first_out: std::sync::OnceLock::new(),
+            streams: Mutex::new(Vec::new()),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
@@ -80,6 +95,42 @@ impl NodeStats {
         let taken = self.frames_in.load(Ordering::Relaxed);
         // Wrapping: with fan-in, `drop_oldest` may take a frame out before its producer counted it in.
         (self.queued.load(Ordering::Relaxed).wrapping_sub(taken) as i64).max(0) as u64
+    }
+
+    /// A frame taken from the input queue (`depth` still waiting).
+    pub fn took(&self, frame: &crate::frame::Frame, depth: usize) {
+        self.frame_in(depth);
+        self.stream(&frame.stream, StreamEvent::In);
+    }
+
+    /// A frame passed on (sinks: written).
+    pub fn passed(&self, frame: &crate::frame::Frame) {
+        self.frames_out.fetch_add(1, Ordering::Relaxed);
+        self.stream(&frame.stream, StreamEvent::Out);
+    }
+
+    /// A frame failed here; returns the node's failures so far.
+    pub fn failed_on(&self, frame: &crate::frame::Frame) -> u64 {
+        self.stream(&frame.stream, StreamEvent::Failed);
+        self.failed.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Count one frame of `stream`.
+    pub fn stream(&self, stream: &std::sync::Arc<str>, event: StreamEvent) {
+        let mut v = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match v.iter().position(|(s, _)| std::sync::Arc::ptr_eq(s, stream) || s == stream) {
+            Some(i) => i,
+            None => {
+                v.push((stream.clone(), [0; 4]));
+                v.len() - 1
+            }
+        };
+        v[i].1[event as usize] += 1;
+    }
+
+    /// A snapshot of the per-stream counts.
+    pub fn stream_counts(&self) -> StreamCounts {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// A batch of `n` frames was formed.

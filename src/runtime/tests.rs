@@ -173,8 +173,14 @@ fn fan_out_shares_the_image_and_fan_in_merges() {
         Body::Sink(Box::new(Recorder(x.clone(), Duration::ZERO))),
         Body::Sink(Box::new(Recorder(y.clone(), Duration::ZERO))),
     ];
-    let r = pipeline(toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
+    let p = pipeline(toml, bodies);
+    let stats = p.stats().to_vec();
+    let r = p.run(Shutdown::new(), Arc::new(Accounting::default()), None);
     assert_eq!((r.frames.decoded, r.frames.processed), (50, 50));
+    // Sink x counts each stream it merged: [in, out, dropped, failed].
+    let mut per_stream = stats[2].stream_counts();
+    per_stream.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(per_stream, vec![(Arc::from("a"), [30, 30, 0, 0]), (Arc::from("b"), [20, 20, 0, 0])]);
     let (x, y) = (x.lock().unwrap(), y.lock().unwrap());
     assert_eq!(x.len(), 50, "fan-in: both sources reach x");
     assert_eq!(y.len(), 30);
