@@ -387,16 +387,26 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-#[test]
-fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
+/// Character error rate of the OCR pipeline on `input` (default: the eval
+/// clip) against the eval clip's truth; `turned`: the clip was turned 180°.
+fn ocr_cer(input: Option<&std::path::Path>, turned: bool, frames: usize) -> f64 {
+    require_assets();
     let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["run", "tests/data/ocr.toml", "--progress", "never"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let mut cmd = bin();
+    cmd.args(["run", "tests/data/ocr.toml", "--progress", "never"]).env("INFER_STREAM_TEST_OUT", out.path());
+    if let Some(i) = input {
+        cmd.env("OCR_INPUT", i);
+    }
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let truth_v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root().join("samples/eval-720p.truth.json")).unwrap()).unwrap();
     let lines = read_ndjson(&out.path().join("ocr.ndjson"));
-    assert_eq!(lines.len(), 300);
+    assert_eq!(lines.len(), frames);
+    let truth_box = |b: &serde_json::Value| {
+        let t = ["x0", "y0", "x1", "y1"].map(|k| b[k].as_f64().unwrap());
+        if turned { [1280.0 - t[2], 720.0 - t[3], 1280.0 - t[0], 720.0 - t[1]] } else { t }
+    };
     let (mut errors, mut chars, mut spurious) = (0usize, 0usize, 0usize);
     for l in &lines {
         let seq = l["seq"].as_u64().unwrap();
@@ -417,22 +427,50 @@ fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
             .collect();
         for b in seg["boxes"].as_array().unwrap() {
             let want = b["text"].as_str().unwrap();
-            let tb = ["x0", "y0", "x1", "y1"].map(|k| b[k].as_f64().unwrap());
-            let best = got.iter().filter(|g| iou(&tb, &g.0) >= 0.3).map(|g| edit_distance(want, &g.1)).min();
-            errors += best.unwrap_or(want.chars().count());
+            let tb = truth_box(b);
+            // The strings read inside this truth box (a line may come back in pieces), in reading order.
+            let mut parts: Vec<&([f64; 4], String)> = got
+                .iter()
+                .filter(|g| {
+                    let inter = (g.0[2].min(tb[2]) - g.0[0].max(tb[0])).max(0.0) * (g.0[3].min(tb[3]) - g.0[1].max(tb[1])).max(0.0);
+                    inter >= 0.5 * (g.0[2] - g.0[0]) * (g.0[3] - g.0[1])
+                })
+                .collect();
+            parts.sort_by(|a, b| if turned { b.0[0].total_cmp(&a.0[0]) } else { a.0[0].total_cmp(&b.0[0]) });
+            let read = parts.iter().map(|g| g.1.as_str()).collect::<Vec<_>>().join(" ");
+            errors += edit_distance(want, &read);
             chars += want.chars().count();
         }
-        spurious += got
-            .iter()
-            .filter(|g| {
-                seg["boxes"].as_array().unwrap().iter().all(|b| iou(&["x0", "y0", "x1", "y1"].map(|k| b[k].as_f64().unwrap()), &g.0) < 0.1)
-            })
-            .count();
+        spurious += got.iter().filter(|g| seg["boxes"].as_array().unwrap().iter().all(|b| iou(&truth_box(b), &g.0) < 0.1)).count();
     }
-    let cer = errors as f64 / chars as f64;
-    eprintln!("OCR character error rate on the evaluation clip: {cer:.4} ({errors} / {chars})");
-    assert!(cer <= 0.05, "CER {cer:.4} > 5%");
     assert_eq!(spurious, 0, "recognised text where nothing was drawn");
+    errors as f64 / chars as f64
+}
+
+#[test]
+fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
+    let cer = ocr_cer(None, false, 300);
+    eprintln!("OCR character error rate on the evaluation clip: {cer:.4}");
+    assert!(cer <= 0.05, "CER {cer:.4} > 5%");
+}
+
+/// Upside-down text: the orientation classifier turns those regions before recognition.
+#[test]
+fn ocr_reads_text_turned_upside_down() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let turned = dir.path().join("turned.mp4");
+    let st = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(root().join("samples/eval-720p.mp4"))
+        .args(["-frames:v", "60", "-vf", "hflip,vflip", "-c:v", "libx264", "-threads", "1"])
+        .arg(&turned)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cer = ocr_cer(Some(&turned), true, 60);
+    eprintln!("OCR character error rate on the clip turned 180°: {cer:.4}");
+    assert!(cer <= 0.05, "CER {cer:.4} > 5%");
 }
 
 /// The generated models output known candidates (tests/models/make.py); after

@@ -389,6 +389,16 @@ pub struct CropConfig {
     pub std: [f32; 3],
     #[serde(default = "inv255")]
     pub scale: f32,
+    /// A `classification` stage upstream that says which regions are upside
+    /// down (PP-OCR's text-line orientation classifier): those are turned 180°.
+    pub orientation: Option<Spanned<String>>,
+    /// The class of `orientation` that means upside down.
+    #[serde(default = "one")]
+    pub flip_class: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn crop_height() -> Spanned<u32> {

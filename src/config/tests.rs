@@ -254,3 +254,15 @@ fn metrics_addr_is_an_ip_and_port() {
         vec!["p.toml:2:16: invalid type: integer `9464`, expected a string"]
     );
 }
+
+#[test]
+fn crop_orientation_must_name_a_classification_stage() {
+    let src = format!(
+        "{SOURCE}[stages.boxes]\nkind = \"text_detection\"\ninputs = [\"cam\"]\n[stages.crops]\nkind = \"crop\"\ninputs = [\"boxes\"]\norientation = \"boxes\"\n{SINK}"
+    );
+    let e = headlines(&src);
+    assert!(
+        e.contains(&"p.toml:10:15: crop `crops`: `orientation` names `boxes`, which is not a classification stage".to_string()),
+        "{e:?}"
+    );
+}

@@ -62,7 +62,10 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
             "put a `preprocess` (whole frames) or `crop` (regions) stage in between and name it in `inputs`",
         )),
         NodeKind::TextDetection(_) => Some((&[DataType::ModelOutputs], "name an `infer` stage running a text detection model in `inputs`")),
-        NodeKind::Crop(_) => Some((&[DataType::TextBoxes], "name a `text_detection` stage in `inputs`: its boxes are the regions to crop")),
+        NodeKind::Crop(_) => Some((
+            &[DataType::TextBoxes, DataType::Classes],
+            "name a `text_detection` stage (or a `classification` of its regions) in `inputs`: its boxes are the regions to crop",
+        )),
         NodeKind::TextRecognition(_) => {
             Some((&[DataType::ModelOutputs], "name an `infer` stage that runs a recogniser on a `crop` stage's output"))
         }
@@ -230,6 +233,22 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                     ));
                 }
             }
+        }
+    }
+
+    // A crop's `orientation` must name a classification stage.
+    for node in &cfg.nodes {
+        if let NodeKind::Crop(c) = &node.kind
+            && let Some(o) = &c.orientation
+            && !cfg.nodes.iter().any(|n| &n.name == o.get_ref() && matches!(n.kind, NodeKind::Classification(_)))
+        {
+            diags.push(
+                cfg.diag(
+                    o.span(),
+                    format!("crop `{}`: `orientation` names `{}`, which is not a classification stage", node.name, o.get_ref()),
+                )
+                .with_help("name the `classification` stage that runs the orientation model on this crop's regions"),
+            );
         }
     }
 

@@ -158,7 +158,21 @@ impl Stage for Crop {
     }
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
-        let regions = frame.text_boxes().map(<[TextBox]>::to_vec).unwrap_or_default();
+        let mut regions = frame.text_boxes().map(<[TextBox]>::to_vec).unwrap_or_default();
+        if let Some(node) = &self.cfg.orientation {
+            // Regions the orientation classifier calls upside down are read from their bottom-right corner.
+            let classes = frame.results.iter().rev().find(|a| &*a.node == node.get_ref().as_str()).and_then(|a| match &*a.payload {
+                Payload::Classes(c) => Some(c.clone()),
+                _ => None,
+            });
+            if let Some(classes) = classes {
+                for (r, c) in regions.iter_mut().zip(&classes) {
+                    if c.top.first().is_some_and(|t| t.class == self.cfg.flip_class) {
+                        r.quad.rotate_left(2);
+                    }
+                }
+            }
+        }
         let img = frame.image.clone().ok_or_else(|| StageError::Frame("frame has no image".into()))?;
         let fmt = match self.cfg.color {
             ChannelOrder::Rgb => Pixel::RGB24,
