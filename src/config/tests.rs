@@ -225,7 +225,7 @@ fn postprocessors_need_models_run_on_the_right_input() {
         headlines(&src),
         vec![
             "p.toml:15:11: text_recognition `text` reads a model run on crops (a `crop` stage), but `det` runs on the output of `pre` (preprocess)",
-            "p.toml:18:11: type mismatch: stage `crops` (crop) takes text boxes, but `cam` (file) produces video frames",
+            "p.toml:18:11: type mismatch: stage `crops` (crop) takes text boxes or classes, but `cam` (file) produces video frames",
         ]
     );
 }
