@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Generate deterministic sample media + ground truth under samples/ with the
-# system ffmpeg (see samples/README.md). Skips when every output exists and is
-# newer than this script; `--force` regenerates.
+# system ffmpeg, espeak-ng and sox (see samples/README.md). Skips when every
+# output exists and is newer than this script; `--force` regenerates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -11,6 +11,10 @@ for clip in text-720p.mp4 eval-720p.mp4 clip-1080p.mkv clip.webm; do
   OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
 done
 OUTS+=(samples/not-media.mp4 samples/truncated.mp4)
+for clip in speech-eval.wav speech-short.wav; do
+  OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
+done
+OUTS+=(samples/speech-short.m4a)
 
 if [[ ${1:-} != --force ]]; then
   fresh=1
@@ -18,7 +22,9 @@ if [[ ${1:-} != --force ]]; then
   if ((fresh)); then log "samples: up to date"; exit 0; fi
 fi
 
-command -v ffmpeg >/dev/null || die "ffmpeg not found (run scripts/install-deps.sh)"
+for tool in ffmpeg espeak-ng sox; do
+  command -v $tool >/dev/null || die "$tool not found (run scripts/install-deps.sh)"
+done
 [[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ]] \
   || die "DejaVu fonts not found (run scripts/install-deps.sh)"
 mkdir -p samples
@@ -171,3 +177,118 @@ printf 'This is a plain text file, not a video. Used by bad-input tests.\n' > sa
 size=$(stat -c %s samples/text-720p.mp4)
 head -c $((size * 30 / 100)) samples/text-720p.mp4 > samples/truncated.mp4
 log "samples/not-media.mp4, samples/truncated.mp4 ($((size * 30 / 100)) of $size bytes)"
+
+# Speech for the voice-activity detector: espeak-ng sentences (3 voices and
+# speeds, varied levels) between silent gaps, at 16 kHz mono, plus light pink
+# noise over the whole file. The truth is measured on the clean speech track
+# before the noise is added. sox -R fixes the noise seed.
+python3 - <<'PY'
+import array, json, os, subprocess, tempfile, wave
+
+SR = 16000
+THRESH = 328          # 1% of full scale: a sample is speech when |x| > THRESH
+PAD = 0.03            # s of espeak's own (sub-threshold) lead-in/tail kept around each utterance
+NOISE_DBFS = -42.0    # RMS of the background pink noise
+VOICES = {"a": ("en-us", 160), "b": ("en-gb", 175), "c": ("en-us+f3", 150)}
+
+# Each file: lead-in silence, then per utterance (gap before it in s, voice,
+# peak level in dBFS, text), then tail silence. Gaps are between truth
+# segments: from the end of one utterance's speech to the start of the next.
+SPEECH = {
+  "speech-eval.wav": dict(lead=1.0, tail=1.0, utts=[
+    (None, "a", -3, "Good morning everyone."),
+    (1.2, "b", -5, "The train to the airport leaves from platform four in about ten minutes."),
+    (0.5, "c", -4, "Thank you very much."),
+    (2.5, "a", -6, "Please remember to switch off the lights before you leave the office tonight."),
+    (0.8, "b", -3, "Where did you put the keys?"),
+    (3.0, "c", -7, "Our quarterly results were better than expected, and the team deserves credit."),
+    (0.45, "a", -4, "Absolutely, no problem."),
+    (1.6, "b", -6, "It might rain later, so bring an umbrella."),
+    (1.0, "c", -3, "Turn left at the next corner and then keep going straight for two blocks."),
+    (2.0, "a", -5, "Could you repeat that, please?"),
+    (0.6, "b", -4, "Seven, eight, nine."),
+    (1.4, "c", -6, "The meeting has been moved to Thursday afternoon because the room was double booked."),
+  ]),
+  "speech-short.wav": dict(lead=1.0, tail=1.0, utts=[
+    (None, "a", -3, "Hello, how are you today?"),
+    (0.8, "b", -5, "Fine, thanks."),
+    (1.8, "c", -4, "Let us test the voice detector on this short clip."),
+  ]),
+}
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, **kw).stdout
+
+def utterance(tmp, voice, peak, text):
+    """espeak-ng -> 16 kHz int16 at the given peak level, trimmed to its first/last
+    sample above THRESH plus PAD of espeak's own lead-in/tail on each side."""
+    v, speed = VOICES[voice]
+    run(["espeak-ng", "-v", v, "-s", str(speed), "-w", f"{tmp}/u.wav", text])
+    raw = run(["sox", "-D", f"{tmp}/u.wav", "-t", "raw", "-e", "signed", "-b", "16", "-c", "1",
+               "-", "rate", "-v", str(SR), "gain", "-n", str(peak)])
+    x = array.array("h", raw)
+    loud = [i for i, s in enumerate(x) if abs(s) > THRESH]
+    pad = round(PAD * SR)
+    a, b = max(loud[0] - pad, 0), min(loud[-1] + 1 + pad, len(x))
+    return x[a:b]
+
+def noise(tmp, n):
+    """Pink noise, n samples, scaled to NOISE_DBFS RMS; sox -R fixes the seed."""
+    raw = run(["sox", "-R", "-r", str(SR), "-c", "1", "-n", "-t", "raw", "-e", "floating-point",
+               "-b", "32", "-", "synth", f"{n}s", "pinknoise"])
+    x = array.array("f", raw)
+    assert len(x) == n
+    rms = (sum(v * v for v in x) / n) ** 0.5
+    k = 32768 * 10 ** (NOISE_DBFS / 20) / rms
+    return [v * k for v in x]
+
+def write_wav(path, x):
+    with wave.open(path + ".part", "wb") as w:
+        w.setnchannels(1); w.setsampwidth(2); w.setframerate(SR)
+        w.writeframes(x.tobytes())
+    os.replace(path + ".part", path)
+
+def make(name, c, tmp):
+    out = "samples/" + name
+    clips = [(gap, text, utterance(tmp, voice, peak, text)) for gap, voice, peak, text in c["utts"]]
+    # place each clip so that its first loud sample is at `lead` (first clip) or
+    # `gap` after the previous clip's last loud sample
+    places, end = [], None
+    for gap, text, x in clips:
+        loud0 = next(i for i, s in enumerate(x) if abs(s) > THRESH)
+        start = (round(c["lead"] * SR) if end is None else end + round(gap * SR)) - loud0
+        places.append(start)
+        last = max(i for i, s in enumerate(x) if abs(s) > THRESH)
+        end = start + last + 1
+    n = end + round(c["tail"] * SR)
+    clean = array.array("h", bytes(2 * n))
+    for start, (_, _, x) in zip(places, clips):
+        assert start >= 0 and all(v == 0 for v in clean[start:start + len(x)])
+        clean[start:start + len(x)] = x
+    # truth: measured on the clean track, within each utterance's placement
+    segs = []
+    for start, (_, text, x) in zip(places, clips):
+        loud = [start + i for i, s in enumerate(clean[start:start + len(x)]) if abs(s) > THRESH]
+        segs.append(dict(start=round(loud[0] / SR, 3), end=round((loud[-1] + 1) / SR, 3), text=text))
+    for p, q in zip(segs, segs[1:]):
+        assert p["end"] < q["start"], (p, q)
+    mixed = array.array("h", (max(-32768, min(32767, round(s + v)))
+                              for s, v in zip(clean, noise(tmp, n))))
+    write_wav(out, mixed)
+    truth = dict(sample_rate=SR, duration=round(n / SR, 3), segments=segs)
+    with open(out.rsplit(".", 1)[0] + ".truth.json", "w") as f:
+        json.dump(truth, f, indent=1)
+        f.write("\n")
+    print(f"==> {out}: {n / SR:.2f} s, {len(segs)} utterances, speech "
+          f"{sum(s['end'] - s['start'] for s in segs):.2f} s")
+
+with tempfile.TemporaryDirectory() as tmp:
+    for name, c in SPEECH.items():
+        make(name, c, tmp)
+PY
+
+# The short one again as AAC in MP4 (same truth): compressed audio decodes too.
+ffmpeg -nostdin -y -v error -i samples/speech-short.wav -map_metadata -1 -c:a aac -b:a 64k \
+  -fflags +bitexact -flags:a +bitexact -f mp4 samples/speech-short.m4a.part
+mv samples/speech-short.m4a.part samples/speech-short.m4a
+log "samples/speech-short.m4a: AAC-LC 64 kb/s of speech-short.wav"

@@ -585,3 +585,71 @@ fn classification_on_crops_tells_orientation() {
         assert!(total > 100 && right as f64 >= 0.95 * total as f64, "{want}: {right} of {total}");
     }
 }
+
+/// Frame-level F1 of speech segments on a 32 ms grid.
+fn speech_f1(got: &[(f64, f64)], want: &[(f64, f64)], duration: f64) -> f64 {
+    let bins = (duration / 0.032).ceil() as usize;
+    let label = |segs: &[(f64, f64)], i: usize| {
+        let (a, b) = (i as f64 * 0.032, (i + 1) as f64 * 0.032);
+        segs.iter().map(|(s, e)| (b.min(*e) - a.max(*s)).max(0.0)).sum::<f64>() >= 0.016
+    };
+    let (mut tp, mut fp, mut fneg) = (0.0, 0.0, 0.0);
+    for i in 0..bins {
+        match (label(got, i), label(want, i)) {
+            (true, true) => tp += 1.0,
+            (true, false) => fp += 1.0,
+            (false, true) => fneg += 1.0,
+            _ => {}
+        }
+    }
+    2.0 * tp / (2.0 * tp + fp + fneg)
+}
+
+/// Silero VAD on speech it was never tuned on (espeak-ng voices, known silences,
+/// light noise), from a WAV and from compressed audio.
+#[test]
+fn vad_finds_the_speech_segments() {
+    require_assets();
+    for (input, truth_file) in
+        [("samples/speech-eval.wav", "samples/speech-eval.truth.json"), ("samples/speech-short.m4a", "samples/speech-short.truth.json")]
+    {
+        let out = tempfile::tempdir().unwrap();
+        let ndjson = out.path().join("vad.ndjson");
+        let o = bin()
+            .args(["run", "pipelines/vad.toml", "--progress", "never"])
+            .env("VAD_INPUT", root().join(input))
+            .env("VAD_OUTPUT", &ndjson)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{input}: {err}");
+        assert!(err.contains("real-time factor"), "{err}");
+        let lines = read_ndjson(&ndjson);
+        let truth: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join(truth_file)).unwrap()).unwrap();
+        let want: Vec<(f64, f64)> =
+            truth["segments"].as_array().unwrap().iter().map(|s| (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap())).collect();
+        // Windows are 32 ms apart, with exact timestamps.
+        for (i, l) in lines.iter().enumerate() {
+            assert!((l["pts"].as_f64().unwrap() - i as f64 * 0.032).abs() < 1e-9, "{l}");
+        }
+        let last = lines.last().unwrap();
+        let got: Vec<(f64, f64)> = last["results"]["vad"]["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap()))
+            .collect();
+        // Live events: every segment opened once and closed once, in order.
+        let events =
+            |k: &str| lines.iter().flat_map(|l| l["results"]["vad"][k].as_array().cloned().unwrap_or_default()).collect::<Vec<_>>();
+        let (started, ended) = (events("started"), events("ended"));
+        assert_eq!((started.len(), ended.len()), (got.len(), got.len()), "{input}");
+        for ((s, e), seg) in started.iter().zip(&ended).zip(&got) {
+            assert_eq!(s["start"].as_f64().unwrap(), seg.0);
+            assert_eq!(e["end"].as_f64().unwrap(), seg.1);
+        }
+        let f1 = speech_f1(&got, &want, truth["duration"].as_f64().unwrap());
+        eprintln!("{input}: {} segments (truth {}), F1 at 32 ms = {f1:.3}", got.len(), want.len());
+        assert!(f1 >= 0.9, "{input}: F1 {f1:.3}");
+    }
+}

@@ -13,6 +13,8 @@ use super::Role;
 #[derive(Debug, Clone)]
 pub enum NodeKind {
     File(FileSourceConfig),
+    Audio(AudioSourceConfig),
+    Vad(VadConfig),
     Preprocess(PreprocessConfig),
     Infer(InferConfig),
     TextDetection(TextDetectionConfig),
@@ -28,6 +30,8 @@ impl NodeKind {
     pub fn name(&self) -> &'static str {
         match self {
             NodeKind::File(_) => "file",
+            NodeKind::Audio(_) => "audio",
+            NodeKind::Vad(_) => "vad",
             NodeKind::Preprocess(_) => "preprocess",
             NodeKind::Infer(_) => "infer",
             NodeKind::TextDetection(_) => "text_detection",
@@ -41,8 +45,8 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file"];
-const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification"];
+const SOURCE_KINDS: &[&str] = &["file", "audio"];
+const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad"];
 const SINK_KINDS: &[&str] = &["ndjson", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
@@ -56,6 +60,8 @@ pub fn kinds_for(role: Role) -> &'static [&'static str] {
 pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str, d: D) -> Result<NodeKind, D::Error> {
     Ok(match (role, kind) {
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
+        (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
+        (Role::Stage, "vad") => NodeKind::Vad(VadConfig::deserialize(d)?),
         (Role::Stage, "preprocess") => NodeKind::Preprocess(PreprocessConfig::deserialize(d)?),
         (Role::Stage, "infer") => NodeKind::Infer(InferConfig::deserialize(d)?),
         (Role::Stage, "text_detection") => NodeKind::TextDetection(TextDetectionConfig::deserialize(d)?),
@@ -80,6 +86,62 @@ pub struct FileSourceConfig {
     pub decoder_threads: usize,
     /// Stop after this many frames.
     pub max_frames: Option<u64>,
+}
+
+/// `kind = "audio"`: the audio of a file (wav, flac, mp3, aac/m4a, opus, or a
+/// video's audio track), resampled to mono f32 and cut into fixed windows.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AudioSourceConfig {
+    pub uri: Spanned<String>,
+    #[serde(default = "audio_rate")]
+    pub sample_rate: Spanned<u32>,
+    /// Samples per window.
+    #[serde(default = "audio_window")]
+    pub window: Spanned<usize>,
+    /// Samples between window starts (default: the window, no overlap).
+    pub hop: Option<usize>,
+}
+
+fn audio_rate() -> Spanned<u32> {
+    Spanned::new(0..0, 16000)
+}
+fn audio_window() -> Spanned<usize> {
+    Spanned::new(0..0, 512)
+}
+
+/// `kind = "vad"`: Silero VAD, streaming, its recurrent state kept per stream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VadConfig {
+    pub model: Spanned<String>,
+    /// Speech starts at this probability…
+    #[serde(default = "vad_threshold")]
+    pub threshold: f32,
+    /// …and ends below this one (default: threshold − 0.15).
+    pub neg_threshold: Option<f32>,
+    /// Shorter speech is ignored.
+    #[serde(default = "vad_min_speech")]
+    pub min_speech_ms: u32,
+    /// Shorter pauses do not end a segment.
+    #[serde(default = "vad_min_silence")]
+    pub min_silence_ms: u32,
+    /// Segments are widened by this much on each side.
+    #[serde(default = "vad_pad")]
+    pub speech_pad_ms: u32,
+}
+
+fn vad_threshold() -> f32 {
+    0.5
+}
+fn vad_min_speech() -> u32 {
+    250
+}
+fn vad_min_silence() -> u32 {
+    100
+}
+fn vad_pad() -> u32 {
+    30
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -73,6 +73,19 @@ impl std::fmt::Debug for Image {
     }
 }
 
+/// A window of mono audio samples.
+#[derive(Debug)]
+pub struct AudioChunk {
+    pub samples: PoolBuf<f32>,
+    pub sample_rate: u32,
+    /// Index of the first sample in the stream.
+    pub start: u64,
+    /// Samples that are real audio (the rest, at the very end, is zero padding).
+    pub valid: usize,
+    /// The stream's last window.
+    pub last: bool,
+}
+
 /// A dense f32 tensor in host memory.
 #[derive(Debug)]
 pub struct Tensor {
@@ -193,9 +206,33 @@ fn round_opt_px<S: serde::Serializer>(v: &Option<[f32; 4]>, s: S) -> Result<S::O
     }
 }
 
+/// Speech found by a voice-activity detector.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SpeechSegment {
+    /// Seconds from the start of the stream.
+    pub start: f64,
+    /// `None` while the segment is still open.
+    pub end: Option<f64>,
+}
+
+/// Voice activity for one window: its probability, segments that opened or
+/// closed with it, and (on the stream's last window) every segment.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Speech {
+    #[serde(serialize_with = "round_score")]
+    pub probability: f32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<SpeechSegment>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ended: Vec<SpeechSegment>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<Vec<SpeechSegment>>,
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
+    Speech(Speech),
     Classes(Vec<Classified>),
     Objects(Vec<Object>),
     Input(ModelInput),
@@ -214,6 +251,7 @@ impl Payload {
             Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
             Payload::Objects(o) => Some(serde_json::json!({ "detections": o })),
             Payload::Classes(c) => Some(serde_json::json!({ "classes": c })),
+            Payload::Speech(v) => Some(serde_json::to_value(v).expect("speech serialises")),
         }
     }
 }
@@ -241,6 +279,7 @@ pub struct Frame {
     /// When the source emitted the frame (for end-to-end latency).
     pub created: Instant,
     pub image: Option<Arc<Image>>,
+    pub audio: Option<Arc<AudioChunk>>,
     pub results: Vec<Attached>,
     pub ticket: Arc<Ticket>,
     /// When the frame entered its current queue (queue-wait tracing).

@@ -12,6 +12,8 @@ use crate::stages::ModelIo;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataType {
     Video,
+    Audio,
+    Speech,
     Tensor,
     ModelOutputs,
     TextBoxes,
@@ -27,6 +29,8 @@ impl DataType {
     pub fn describe(self) -> &'static str {
         match self {
             DataType::Video => "video frames",
+            DataType::Audio => "audio windows",
+            DataType::Speech => "voice activity",
             DataType::Tensor => "model input tensors",
             DataType::ModelOutputs => "model outputs",
             DataType::TextBoxes => "text boxes",
@@ -42,6 +46,8 @@ impl DataType {
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
         NodeKind::File(_) => DataType::Video,
+        NodeKind::Audio(_) => DataType::Audio,
+        NodeKind::Vad(_) => DataType::Speech,
         NodeKind::Preprocess(_) => DataType::Tensor,
         NodeKind::Infer(_) => DataType::ModelOutputs,
         NodeKind::TextDetection(_) => DataType::TextBoxes,
@@ -57,6 +63,7 @@ fn output_type(kind: &NodeKind) -> DataType {
 fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
     match kind {
         NodeKind::Preprocess(_) => Some((&[DataType::Video], "connect a video source here")),
+        NodeKind::Vad(_) => Some((&[DataType::Audio], "connect an `audio` source here")),
         NodeKind::Infer(_) => Some((
             &[DataType::Tensor, DataType::Crops],
             "put a `preprocess` (whole frames) or `crop` (regions) stage in between and name it in `inputs`",
@@ -236,6 +243,24 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    // Silero VAD takes 512-sample windows at 16 kHz or 256 at 8 kHz.
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        if !matches!(node.kind, NodeKind::Vad(_)) {
+            continue;
+        }
+        for &p in &producers[i] {
+            if let NodeKind::Audio(a) = &cfg.nodes[p].kind {
+                let ok = matches!((*a.sample_rate.get_ref(), *a.window.get_ref()), (16000, 512) | (8000, 256));
+                if !ok {
+                    diags.push(cfg.diag(a.window.span(), format!(
+                        "vad `{}` needs 512-sample windows at 16000 Hz (or 256 at 8000 Hz), but `{}` makes {}-sample windows at {} Hz",
+                        node.name, cfg.nodes[p].name, a.window.get_ref(), a.sample_rate.get_ref()
+                    )).with_help("set sample_rate = 16000 and window = 512"));
+                }
+            }
+        }
+    }
+
     // A crop's `orientation` must name a classification stage.
     for node in &cfg.nodes {
         if let NodeKind::Crop(c) = &node.kind
@@ -274,7 +299,9 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     for node in &cfg.nodes {
         let (value, what) = match &node.kind {
             NodeKind::File(c) => (&c.uri, "media file"),
+            NodeKind::Audio(c) => (&c.uri, "media file"),
             NodeKind::Infer(c) => (&c.model, "model file"),
+            NodeKind::Vad(c) => (&c.model, "model file"),
             _ => continue,
         };
         match cfg.resolve_path(value) {

@@ -192,6 +192,7 @@ impl<'a> SourceCtx<'a> {
             time_base,
             created: Instant::now(),
             image,
+            audio: None,
             results: Vec::new(),
             ticket: self.acct.issue(),
             queued_at: None,

@@ -11,6 +11,7 @@ pub mod postprocess;
 pub mod preprocess;
 pub mod sinks;
 pub mod sources;
+pub mod vad;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -189,7 +190,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     let mut bodies = Vec::new();
     let mut models = ModelIo::new();
     let pool_size = graph.buffers_in_flight();
-    let needs_ort = cfg.nodes.iter().any(|n| matches!(n.kind, NodeKind::Infer(_)));
+    let needs_ort = cfg.nodes.iter().any(|n| matches!(n.kind, NodeKind::Infer(_) | NodeKind::Vad(_)));
     let rt = if needs_ort {
         match ort_runtime(cfg, opts) {
             Ok(rt) => Some(rt),
@@ -204,6 +205,13 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     for (i, node) in cfg.nodes.iter().enumerate() {
         let name: Arc<str> = Arc::from(node.name.as_str());
         let body = match &node.kind {
+            NodeKind::Audio(c) => {
+                sources::audio::AudioSource::build(cfg, node, c, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
+            }
+            NodeKind::Vad(c) => match rt {
+                Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
+                None => continue,
+            },
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }

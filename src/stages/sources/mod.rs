@@ -1,3 +1,4 @@
 //! Sources: where frames come from.
 
+pub mod audio;
 pub mod file;
