@@ -389,7 +389,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Character error rate of the OCR pipeline on `input` (default: the eval
 /// clip) against the eval clip's truth; `turned`: the clip was turned 180°.
-fn ocr_cer(input: Option<&std::path::Path>, turned: bool, frames: usize) -> f64 {
+fn ocr_cer(input: Option<&std::path::Path>, turned: bool, frames: usize) -> (f64, String) {
     require_assets();
     let out = tempfile::tempdir().unwrap();
     let mut cmd = bin();
@@ -444,14 +444,18 @@ fn ocr_cer(input: Option<&std::path::Path>, turned: bool, frames: usize) -> f64 
         spurious += got.iter().filter(|g| seg["boxes"].as_array().unwrap().iter().all(|b| iou(&truth_box(b), &g.0) < 0.1)).count();
     }
     assert_eq!(spurious, 0, "recognised text where nothing was drawn");
-    errors as f64 / chars as f64
+    (errors as f64 / chars as f64, std::fs::read_to_string(out.path().join("ocr.vtt")).unwrap())
 }
 
 #[test]
 fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
-    let cer = ocr_cer(None, false, 300);
+    let (cer, vtt) = ocr_cer(None, false, 300);
     eprintln!("OCR character error rate on the evaluation clip: {cer:.4}");
     assert!(cer <= 0.05, "CER {cer:.4} > 5%");
+    // Subtitles: a WebVTT cue for each string while it is on screen.
+    assert!(vtt.starts_with("WEBVTT\n\n"));
+    assert!(vtt.contains("00:00:00.000 --> 00:00:05.000\nMorning News\n"), "{vtt}");
+    assert!(vtt.contains("00:00:05.000 --> 00:00:10.000\nLIMITED EDITION\n"), "{vtt}");
 }
 
 /// Upside-down text: the orientation classifier turns those regions before recognition.
@@ -468,7 +472,7 @@ fn ocr_reads_text_turned_upside_down() {
         .status()
         .unwrap();
     assert!(st.success());
-    let cer = ocr_cer(Some(&turned), true, 60);
+    let (cer, _) = ocr_cer(Some(&turned), true, 60);
     eprintln!("OCR character error rate on the clip turned 180°: {cer:.4}");
     assert!(cer <= 0.05, "CER {cer:.4} > 5%");
 }
@@ -615,10 +619,12 @@ fn vad_finds_the_speech_segments() {
     {
         let out = tempfile::tempdir().unwrap();
         let ndjson = out.path().join("vad.ndjson");
+        let srt = out.path().join("vad.srt");
         let o = bin()
             .args(["run", "pipelines/vad.toml", "--progress", "never"])
             .env("VAD_INPUT", root().join(input))
             .env("VAD_OUTPUT", &ndjson)
+            .env("VAD_SRT", &srt)
             .output()
             .unwrap();
         let err = stderr(&o);
@@ -647,6 +653,17 @@ fn vad_finds_the_speech_segments() {
         for ((s, e), seg) in started.iter().zip(&ended).zip(&got) {
             assert_eq!(s["start"].as_f64().unwrap(), seg.0);
             assert_eq!(e["end"].as_f64().unwrap(), seg.1);
+        }
+        // One SRT cue per segment, numbered from 1, with the same times.
+        let srt = std::fs::read_to_string(&srt).unwrap();
+        let cues: Vec<&str> = srt.split("\n\n").filter(|c| !c.trim().is_empty()).collect();
+        assert_eq!(cues.len(), got.len(), "{srt}");
+        let ts = |s: f64| {
+            let ms = (s * 1000.0).round() as u64;
+            format!("{:02}:{:02}:{:02},{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
+        };
+        for (i, (cue, (s, e))) in cues.iter().zip(&got).enumerate() {
+            assert_eq!(*cue, format!("{}\n{} --> {}\n(speech)", i + 1, ts(*s), ts(*e)));
         }
         let f1 = speech_f1(&got, &want, truth["duration"].as_f64().unwrap());
         eprintln!("{input}: {} segments (truth {}), F1 at 32 ms = {f1:.3}", got.len(), want.len());

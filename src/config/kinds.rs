@@ -23,6 +23,7 @@ pub enum NodeKind {
     Detection(DetectionConfig),
     Classification(ClassificationConfig),
     Ndjson(NdjsonSinkConfig),
+    Subtitles(SubtitlesSinkConfig),
     Null(NullSinkConfig),
 }
 
@@ -40,6 +41,7 @@ impl NodeKind {
             NodeKind::Detection(_) => "detection",
             NodeKind::Classification(_) => "classification",
             NodeKind::Ndjson(_) => "ndjson",
+            NodeKind::Subtitles(_) => "subtitles",
             NodeKind::Null(_) => "null",
         }
     }
@@ -47,7 +49,7 @@ impl NodeKind {
 
 const SOURCE_KINDS: &[&str] = &["file", "audio"];
 const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad"];
-const SINK_KINDS: &[&str] = &["ndjson", "null"];
+const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
     match role {
@@ -71,6 +73,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "classification") => NodeKind::Classification(ClassificationConfig::deserialize(d)?),
         (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
+        (Role::Sink, "subtitles") => NodeKind::Subtitles(SubtitlesSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -579,6 +582,29 @@ pub struct NdjsonSinkConfig {
     /// Append instead of truncating.
     #[serde(default)]
     pub append: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubtitleFormat {
+    Srt,
+    Vtt,
+}
+
+/// `kind = "subtitles"`: SRT or WebVTT cues from recognised text and speech segments.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubtitlesSinkConfig {
+    pub path: Spanned<String>,
+    /// Default: from the file extension (`.vtt` → vtt, else srt).
+    pub format: Option<SubtitleFormat>,
+    /// Cue text for a speech segment.
+    #[serde(default = "speech_text")]
+    pub speech_text: String,
+}
+
+fn speech_text() -> String {
+    "(speech)".into()
 }
 
 /// `kind = "null"`: discards frames (benchmarks).

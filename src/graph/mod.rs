@@ -55,7 +55,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Detection(_) => DataType::Objects,
         NodeKind::Classification(_) => DataType::Classes,
-        NodeKind::Ndjson(_) | NodeKind::Null(_) => DataType::Nothing,
+        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) => DataType::Nothing,
     }
 }
 
@@ -64,6 +64,7 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
     match kind {
         NodeKind::Preprocess(_) => Some((&[DataType::Video], "connect a video source here")),
         NodeKind::Vad(_) => Some((&[DataType::Audio], "connect an `audio` source here")),
+        NodeKind::Subtitles(_) => Some((&[DataType::Texts, DataType::Speech], "name a `text_recognition` or `vad` stage in `inputs`")),
         NodeKind::Infer(_) => Some((
             &[DataType::Tensor, DataType::Crops],
             "put a `preprocess` (whole frames) or `crop` (regions) stage in between and name it in `inputs`",

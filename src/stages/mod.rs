@@ -241,6 +241,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
             NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
+            NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
         };
         match body {
             Ok(b) => bodies.push(b),

@@ -1,6 +1,7 @@
 //! Sinks: where results go.
 
 pub mod ndjson;
+pub mod subtitles;
 
 use super::{Sink, StageError};
 use crate::frame::Frame;
