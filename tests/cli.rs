@@ -463,15 +463,7 @@ fn ocr_reads_the_drawn_strings_on_the_unseen_clip() {
 fn ocr_reads_text_turned_upside_down() {
     require_assets();
     let dir = tempfile::tempdir().unwrap();
-    let turned = dir.path().join("turned.mp4");
-    let st = std::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
-        .arg(root().join("samples/eval-720p.mp4"))
-        .args(["-frames:v", "60", "-vf", "hflip,vflip", "-c:v", "libx264", "-threads", "1"])
-        .arg(&turned)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let turned = turned_clip(dir.path(), "eval-720p.mp4", 60);
     let (cer, _) = ocr_cer(Some(&turned), true, 60);
     eprintln!("OCR character error rate on the clip turned 180°: {cer:.4}");
     assert!(cer <= 0.05, "CER {cer:.4} > 5%");
@@ -557,15 +549,7 @@ fn batches_form_across_streams_and_split_back_exactly() {
 fn classification_on_crops_tells_orientation() {
     require_assets();
     let out = tempfile::tempdir().unwrap();
-    let flipped = out.path().join("flipped.mp4");
-    let st = std::process::Command::new("ffmpeg")
-        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
-        .arg(root().join("samples/eval-720p.mp4"))
-        .args(["-frames:v", "60", "-vf", "hflip,vflip", "-c:v", "libx264", "-threads", "1"])
-        .arg(&flipped)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let flipped = turned_clip(out.path(), "eval-720p.mp4", 60);
     for (input, want) in [(root().join("samples/eval-720p.mp4"), "upright"), (flipped, "upside-down")] {
         let ndjson = out.path().join(format!("{want}.ndjson"));
         let o = bin()

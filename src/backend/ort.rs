@@ -145,6 +145,18 @@ pub struct SessionOptions {
     pub spinning: bool,
 }
 
+impl SessionOptions {
+    /// One CPU thread, CPU provider required: for small models and for reading a model's signature.
+    pub fn cpu_single() -> Self {
+        SessionOptions {
+            providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cpu) }],
+            intra_threads: 1,
+            inter_threads: 1,
+            spinning: false,
+        }
+    }
+}
+
 /// An open model and what it runs on.
 pub struct ModelSession {
     pub session: Session,
@@ -260,13 +272,7 @@ pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Res
 
 /// Read a model's inputs, outputs and metadata without running it.
 pub fn inspect(rt: &OrtRuntime, model: &Path) -> Result<(Vec<IoInfo>, Vec<IoInfo>), OrtError> {
-    let opts = SessionOptions {
-        providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cpu) }],
-        intra_threads: 1,
-        inter_threads: 1,
-        spinning: false,
-    };
-    let s = open_session(rt, model, &opts)?;
+    let s = open_session(rt, model, &SessionOptions::cpu_single())?;
     Ok((s.inputs, s.outputs))
 }
 
@@ -287,13 +293,7 @@ pub struct ModelReport {
 
 /// Load `model` on the CPU and read its signature and metadata.
 pub fn model_report(rt: &OrtRuntime, model: &Path) -> Result<ModelReport, OrtError> {
-    let opts = SessionOptions {
-        providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cpu) }],
-        intra_threads: 1,
-        inter_threads: 1,
-        spinning: false,
-    };
-    let s = open_session(rt, model, &opts)?;
+    let s = open_session(rt, model, &SessionOptions::cpu_single())?;
     let err = |e: ort::Error| OrtError::Model { model: model.to_path_buf(), reason: e.to_string() };
     let md = s.session.metadata().map_err(err)?;
     let mut metadata = std::collections::BTreeMap::new();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ort::value::Tensor;
 
 use crate::backend::ort::{ModelSession, OrtRuntime, SessionOptions, open_session};
-use crate::config::{Diagnostic, PipelineConfig, ProviderName, ProviderSpec, VadConfig};
+use crate::config::{Diagnostic, PipelineConfig, VadConfig};
 use crate::frame::{Frame, Payload, Speech, SpeechSegment};
 use crate::stages::{Stage, StageError};
 
@@ -119,9 +119,8 @@ pub struct Vad {
 impl Vad {
     pub fn build(cfg: &PipelineConfig, name: Arc<str>, c: &VadConfig, rt: &OrtRuntime) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.model)?;
-        let opts =
-            SessionOptions { providers: vec![ProviderSpec::named(ProviderName::Cpu)], intra_threads: 1, inter_threads: 1, spinning: false };
-        let m = open_session(rt, &path, &opts).map_err(|e| cfg.diag(c.model.span(), format!("stage `{name}`: {e}")))?;
+        let m =
+            open_session(rt, &path, &SessionOptions::cpu_single()).map_err(|e| cfg.diag(c.model.span(), format!("stage `{name}`: {e}")))?;
         let names: Vec<&str> = m.inputs.iter().map(|i| i.name.as_str()).collect();
         if !(names.contains(&"input") && names.contains(&"state") && names.contains(&"sr")) {
             return Err(cfg.diag(

@@ -98,3 +98,17 @@ pub fn accounting(stderr: &str) -> (u64, u64, u64, u64) {
     assert!(line.contains("(all accounted for)"), "{line}");
     (n[0], n[1], n[2], n[3])
 }
+
+/// The first `frames` frames of `sample`, turned 180° (made with the ffmpeg CLI) into `dir`.
+pub fn turned_clip(dir: &Path, sample: &str, frames: u32) -> PathBuf {
+    let out = dir.join("turned.mp4");
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(root().join("samples").join(sample))
+        .args(["-frames:v", &frames.to_string(), "-vf", "hflip,vflip", "-c:v", "libx264", "-threads", "1"])
+        .arg(&out)
+        .status()
+        .expect("run ffmpeg");
+    assert!(st.success(), "ffmpeg could not turn {sample}");
+    out
+}
