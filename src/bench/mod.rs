@@ -110,6 +110,9 @@ fn alone(node: &str, kind: &str, frames: u64, d: Duration) -> StageAlone {
     StageAlone { node: node.into(), kind: kind.into(), frames, seconds, fps: frames as f64 / seconds }
 }
 
+/// Frames per source kept in memory to time the stages alone.
+const ALONE_FRAMES: usize = 300;
+
 /// Decode alone, then each stage alone (serially, one frame at a time, on a
 /// fresh decode of the same input).
 pub fn measure_alone(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result<(StageAlone, Vec<StageAlone>), Diagnostics> {
@@ -135,6 +138,8 @@ pub fn measure_alone(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -
         }
     }
     let decode = alone("decode", "ffmpeg", decoded, decode_time);
+    // Only one set of stages alive at a time: idle sessions still hold threads and memory.
+    drop(bodies);
 
     // Each stage alone.
     let (mut bodies, _) = stages::build(cfg, graph, opts)?;
@@ -145,21 +150,29 @@ pub fn measure_alone(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -
     let mut in_order: Vec<(usize, &mut Box<dyn stages::Stage>)> =
         rest.into_iter().filter_map(|(i, b)| if let Body::Stage(s) = b { Some((i, s)) } else { None }).collect();
     in_order.sort_by_key(|(i, _)| stage_nodes.iter().position(|x| x == i));
+    // Decode first (up to ALONE_FRAMES per source, kept in memory), so that no
+    // decoder thread runs while a stage is being timed.
+    let mut frames = Vec::new();
     for (i, b) in sources {
         let Body::Source(src) = b else { continue };
         let st = NodeStats::new(&cfg.nodes[i].name, "", Role::Source);
-        let mut emit = |mut f: crate::frame::Frame| {
-            for (j, stage) in in_order.iter_mut() {
-                let t0 = Instant::now();
-                let ok = stage.process(&mut f).is_ok();
-                times[*j] += t0.elapsed();
-                counts[*j] += ok as u64;
-            }
-            f.ticket.sunk();
-            true
+        let mut kept = 0;
+        let mut emit = |f: crate::frame::Frame| {
+            frames.push(f);
+            kept += 1;
+            kept < ALONE_FRAMES
         };
         let mut ctx = SourceCtx::new(Arc::from(cfg.nodes[i].name.as_str()), i as u32, &sd, &acct, &st, &mut emit);
         let _ = src.run(&mut ctx);
+    }
+    for mut f in frames {
+        for (j, stage) in in_order.iter_mut() {
+            let t0 = Instant::now();
+            let ok = stage.process(&mut f).is_ok();
+            times[*j] += t0.elapsed();
+            counts[*j] += ok as u64;
+        }
+        f.ticket.sunk();
     }
     let stages = stage_nodes.iter().map(|&i| alone(&cfg.nodes[i].name, cfg.nodes[i].kind.name(), counts[i], times[i])).collect();
     Ok((decode, stages))
