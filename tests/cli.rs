@@ -73,10 +73,7 @@ fn broken_pipelines_report_every_error_with_its_position() {
 
 #[test]
 fn text_detection_finds_the_drawn_text_on_the_unseen_clip() {
-    let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["run", "tests/data/eval.toml", "--progress", "never"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (out, err) = run_ok(&["run", "tests/data/eval.toml", "--progress", "never"]);
     let truth = truth("eval-720p.truth.json");
     let lines = read_ndjson(&out.path().join("eval.ndjson"));
     assert_eq!(lines.len() as u64, truth.frames, "one line per frame");
@@ -101,10 +98,7 @@ fn text_detection_finds_the_drawn_text_on_the_unseen_clip() {
 
 #[test]
 fn other_containers_fan_in_and_fan_out() {
-    let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["run", "tests/data/containers.toml", "--progress", "never"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (out, err) = run_ok(&["run", "tests/data/containers.toml", "--progress", "never"]);
     let (mkv, webm) = (truth("clip-1080p.truth.json"), truth("clip.truth.json"));
     let lines = read_ndjson(&out.path().join("containers.ndjson"));
     let total = mkv.frames + webm.frames;
@@ -128,10 +122,7 @@ fn other_containers_fan_in_and_fan_out() {
 
 #[test]
 fn full_queue_drops_are_counted_and_accounted() {
-    let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["run", "tests/data/drop.toml", "--progress", "never"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (out, err) = run_ok(&["run", "tests/data/drop.toml", "--progress", "never"]);
     let (decoded, processed, dropped, failed) = accounting(&err);
     assert_eq!(decoded, 120);
     assert!(dropped > 0, "a one-frame queue in front of the model drops: {err}");
@@ -188,10 +179,7 @@ fn sigterm_drains_and_exits_143() {
 
 #[test]
 fn truncated_file_yields_what_it_has() {
-    let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["run", "tests/data/truncated.toml", "--progress", "never"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (out, err) = run_ok(&["run", "tests/data/truncated.toml", "--progress", "never"]);
     let (decoded, processed, _, _) = accounting(&err);
     assert!(decoded > 0 && decoded < 100, "{err}");
     assert_eq!(read_ndjson(&out.path().join("truncated.ndjson")).len() as u64, processed);
@@ -508,10 +496,7 @@ fn yolo_layouts_decode_to_the_exact_boxes() {
 /// form, and every frame's boxes equal those of an unbatched run.
 #[test]
 fn batches_form_across_streams_and_split_back_exactly() {
-    let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["run", "tests/data/batching.toml", "--progress", "never"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (out, err) = run_ok(&["run", "tests/data/batching.toml", "--progress", "never"]);
     assert_eq!(accounting(&err), (400, 400, 0, 0));
     let line = err.lines().find(|l| l.starts_with("det: batches ")).unwrap_or_else(|| panic!("no batch line:\n{err}"));
     let in_fours: u64 = line

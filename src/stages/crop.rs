@@ -9,7 +9,7 @@ use ffmpeg_next::format::Pixel;
 
 use crate::backend::ffmpeg::{Scaler, sws_flags};
 use crate::config::{ChannelOrder, CropConfig, Interpolation};
-use crate::frame::{CropBatch, Frame, Payload, Pool, Tensor, TextBox};
+use crate::frame::{CropBatch, Frame, Payload, Pool, PoolBuf, Tensor, TextBox};
 use crate::stages::postprocess::geometry::Pt;
 use crate::stages::preprocess::NormTable;
 use crate::stages::{Stage, StageError};
@@ -110,7 +110,7 @@ impl Crop {
     }
 
     /// Crop, rectify and normalise `regions` out of a packed image into one batch.
-    pub fn batch(&mut self, img: &[u8], iw: usize, ih: usize, regions: &[TextBox]) -> (Vec<usize>, Vec<f32>, usize) {
+    pub fn batch(&mut self, img: &[u8], iw: usize, ih: usize, regions: &[TextBox]) -> (Vec<usize>, PoolBuf<f32>, usize) {
         let ch = *self.cfg.height.get_ref() as usize;
         let plans: Vec<(Option<Homography>, usize)> = regions
             .iter()
@@ -127,7 +127,8 @@ impl Crop {
             .unwrap_or(0)
             .clamp(self.cfg.min_width as usize, self.cfg.max_width.max(self.cfg.min_width) as usize);
         let plane = ch * width;
-        let mut data = vec![0f32; regions.len() * 3 * plane];
+        let mut data = self.pool.get(regions.len() * 3 * plane);
+        data.fill(0.0); // padding (0 in normalised space) wherever a crop is narrower
         let mut px = [0f32; 3];
         for (i, (hm, cw)) in plans.iter().enumerate() {
             let Some(hm) = hm else { continue }; // degenerate region: stays padding
@@ -180,7 +181,7 @@ impl Stage for Crop {
         };
         let (iw, ih) = (img.width as usize, img.height as usize);
         let (shape, data) = if regions.is_empty() {
-            (vec![0, 3, *self.cfg.height.get_ref() as usize, self.cfg.min_width as usize], Vec::new())
+            (vec![0, 3, *self.cfg.height.get_ref() as usize, self.cfg.min_width as usize], self.pool.get(0))
         } else {
             if !self.scaler.as_ref().is_some_and(|s| s.fits(&img, img.width, img.height, fmt)) {
                 self.scaler = Some(
@@ -195,9 +196,7 @@ impl Stage for Crop {
             self.full = full;
             (shape, data)
         };
-        let mut buf = self.pool.get(data.len());
-        buf.copy_from_slice(&data);
-        frame.attach(&self.name, Payload::Crops(CropBatch { tensor: Tensor { shape, data: buf }, regions }));
+        frame.attach(&self.name, Payload::Crops(CropBatch { tensor: Tensor { shape, data }, regions }));
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ort::value::Tensor;
+use ort::value::{Tensor, TensorRef};
 
 use crate::backend::ort::{ModelSession, OrtRuntime, SessionOptions, open_session};
 use crate::config::{Diagnostic, PipelineConfig, VadConfig};
@@ -145,8 +145,9 @@ impl Vad {
         self.input.extend_from_slice(&st.context);
         self.input.extend_from_slice(window);
         let n = self.input.len();
-        let input = Tensor::from_array(([1usize, n], self.input.clone())).map_err(|e| e.to_string())?;
-        let state = Tensor::from_array(([2usize, 1, 128], st.state.clone())).map_err(|e| e.to_string())?;
+        // Views, not copies: the model reads the window and the state where they are.
+        let input = TensorRef::from_array_view(([1usize, n], &self.input[..])).map_err(|e| e.to_string())?;
+        let state = TensorRef::from_array_view(([2usize, 1, 128], &st.state[..])).map_err(|e| e.to_string())?;
         let sr = Tensor::from_array(((), vec![rate as i64])).map_err(|e| e.to_string())?;
         let out = self.m.session.run(ort::inputs!["input" => input, "state" => state, "sr" => sr]).map_err(|e| e.to_string())?;
         let p = out["output"].try_extract_tensor::<f32>().map_err(|e| e.to_string())?.1.first().copied().unwrap_or(0.0);

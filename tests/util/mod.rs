@@ -32,6 +32,15 @@ pub fn run_in(out: &Path, args: &[&str]) -> Output {
     bin().args(args).env("INFER_STREAM_TEST_OUT", out).output().expect("run infer-stream")
 }
 
+/// Run in a fresh output folder; the run must succeed. Returns the folder and stderr.
+pub fn run_ok(args: &[&str]) -> (tempfile::TempDir, String) {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "infer-stream {}: {err}", args.join(" "));
+    (out, err)
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
