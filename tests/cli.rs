@@ -639,3 +639,86 @@ fn vad_finds_the_speech_segments() {
         assert!(f1 >= 0.9, "{input}: F1 {f1:.3}");
     }
 }
+
+/// `ffmpeg ... -f mpegts - | infer-stream run stdin.toml`: the container is probed from the pipe.
+#[test]
+fn reads_a_stream_piped_on_stdin() {
+    require_assets();
+    let out = tempfile::tempdir().unwrap();
+    let mut ffmpeg = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-i"])
+        .arg(root().join("samples/text-720p.mp4"))
+        .args(["-c", "copy", "-f", "mpegts", "-"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = bin()
+        .args(["run", "tests/data/stdin.toml", "--progress", "never"])
+        .env("INFER_STREAM_TEST_OUT", out.path())
+        .stdin(ffmpeg.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(ffmpeg.wait().unwrap().success());
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(accounting(&err), (100, 100, 0, 0));
+    let lines = read_ndjson(&out.path().join("stdin.ndjson"));
+    let truth = truth("text-720p.truth.json");
+    let found = lines.iter().filter(|l| {
+        let got = bboxes(l, "boxes");
+        truth.boxes_at(l["seq"].as_u64().unwrap()).iter().all(|t| got.iter().any(|g| iou(t, g) >= 0.5))
+    });
+    assert!(found.count() >= 90, "text found through the pipe");
+}
+
+/// `realtime = true` paces a file at its own rate: 20 frames at 10 fps take about 2 s.
+#[test]
+fn realtime_paces_a_file_like_a_camera() {
+    let out = tempfile::tempdir().unwrap();
+    let report = out.path().join("report.json");
+    let o = run_in(out.path(), &["run", "tests/data/realtime.toml", "--progress", "never", "--report", report.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("paced in real time"), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    // The last frame (pts 1.9 s) cannot go out before 1.9 s.
+    assert!(r["wall_seconds"].as_f64().unwrap() >= 1.85, "{}", r["wall_seconds"]);
+    let (decoded, processed, dropped, _) = accounting(&err);
+    assert_eq!(decoded, 20);
+    assert_eq!(processed + dropped, 20);
+}
+
+/// Synthetic video: the configured size, count and timestamps, with nothing text-like in it.
+#[test]
+fn testsrc_makes_synthetic_video() {
+    require_assets();
+    let out = tempfile::tempdir().unwrap();
+    let toml = out.path().join("testsrc.toml");
+    let model = root().join("models/ppocr/ch_PP-OCRv4_det_infer.onnx");
+    std::fs::write(
+        &toml,
+        format!(
+            "[sources.gen]\nkind = \"testsrc\"\nwidth = 640\nheight = 360\nrate = 20\nduration = 1.5\n\
+             [stages.pre]\nkind = \"preprocess\"\ninputs = [\"gen\"]\nwidth = 320\nheight = 192\n\
+             [stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"{}\"\n\
+             [stages.boxes]\nkind = \"text_detection\"\ninputs = [\"det\"]\n\
+             [sinks.out]\nkind = \"ndjson\"\ninputs = [\"boxes\"]\npath = \"out.ndjson\"\n",
+            model.display()
+        ),
+    )
+    .unwrap();
+    let o = bin().args(["run"]).arg(&toml).args(["--progress", "never"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines = read_ndjson(&out.path().join("out.ndjson"));
+    assert_eq!(lines.len(), 30, "1.5 s at 20 fps");
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!((l["width"].as_u64(), l["height"].as_u64()), (Some(640), Some(360)));
+        assert!((l["pts"].as_f64().unwrap() - i as f64 * 0.05).abs() < 1e-3);
+        assert!(bboxes(l, "boxes").is_empty(), "no text in synthetic video: {l}");
+    }
+    // Odd sizes are refused before anything runs.
+    std::fs::write(&toml, std::fs::read_to_string(&toml).unwrap().replace("width = 640", "width = 641")).unwrap();
+    let o = bin().args(["validate"]).arg(&toml).args(["--no-models"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("testsrc `gen`: sizes must be even and 2–8192, got 641"), "{}", stderr(&o));
+}

@@ -14,6 +14,7 @@ use super::Role;
 pub enum NodeKind {
     File(FileSourceConfig),
     Audio(AudioSourceConfig),
+    TestSrc(TestSrcConfig),
     Vad(VadConfig),
     Preprocess(PreprocessConfig),
     Infer(InferConfig),
@@ -32,6 +33,7 @@ impl NodeKind {
         match self {
             NodeKind::File(_) => "file",
             NodeKind::Audio(_) => "audio",
+            NodeKind::TestSrc(_) => "testsrc",
             NodeKind::Vad(_) => "vad",
             NodeKind::Preprocess(_) => "preprocess",
             NodeKind::Infer(_) => "infer",
@@ -47,7 +49,7 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "audio"];
+const SOURCE_KINDS: &[&str] = &["file", "audio", "testsrc"];
 const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "null"];
 
@@ -63,6 +65,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
     Ok(match (role, kind) {
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
         (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
+        (Role::Source, "testsrc") => NodeKind::TestSrc(TestSrcConfig::deserialize(d)?),
         (Role::Stage, "vad") => NodeKind::Vad(VadConfig::deserialize(d)?),
         (Role::Stage, "preprocess") => NodeKind::Preprocess(PreprocessConfig::deserialize(d)?),
         (Role::Stage, "infer") => NodeKind::Infer(InferConfig::deserialize(d)?),
@@ -82,13 +85,47 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSourceConfig {
-    /// Path (relative to the pipeline file) or URL.
+    /// Path (relative to the pipeline file), URL, or `-` for a stream on stdin (format probed).
     pub uri: Spanned<String>,
     /// Decoder threads; 0 lets FFmpeg choose (default).
     #[serde(default)]
     pub decoder_threads: usize,
     /// Stop after this many frames.
     pub max_frames: Option<u64>,
+    /// Pace frames at their timestamps, as a live camera would deliver them
+    /// (queues then default to `drop_oldest`).
+    #[serde(default)]
+    pub realtime: bool,
+}
+
+/// `kind = "testsrc"`: synthetic video (a moving gradient and a moving square)
+/// for benchmarks and demos; finite (`frames` or `duration`) or endless.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestSrcConfig {
+    #[serde(default = "testsrc_width")]
+    pub width: Spanned<u32>,
+    #[serde(default = "testsrc_height")]
+    pub height: Spanned<u32>,
+    /// Frames per second.
+    #[serde(default = "testsrc_rate")]
+    pub rate: f64,
+    pub frames: Option<u64>,
+    /// Seconds (used when `frames` is not set); neither: endless.
+    pub duration: Option<f64>,
+    /// Deliver frames at `rate` instead of as fast as possible.
+    #[serde(default)]
+    pub realtime: bool,
+}
+
+fn testsrc_width() -> Spanned<u32> {
+    Spanned::new(0..0, 1280)
+}
+fn testsrc_height() -> Spanned<u32> {
+    Spanned::new(0..0, 720)
+}
+fn testsrc_rate() -> f64 {
+    25.0
 }
 
 /// `kind = "audio"`: the audio of a file (wav, flac, mp3, aac/m4a, opus, or a

@@ -47,6 +47,7 @@ fn output_type(kind: &NodeKind) -> DataType {
     match kind {
         NodeKind::File(_) => DataType::Video,
         NodeKind::Audio(_) => DataType::Audio,
+        NodeKind::TestSrc(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
         NodeKind::Preprocess(_) => DataType::Tensor,
         NodeKind::Infer(_) => DataType::ModelOutputs,
@@ -258,6 +259,20 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                         node.name, cfg.nodes[p].name, a.window.get_ref(), a.sample_rate.get_ref()
                     )).with_help("set sample_rate = 16000 and window = 512"));
                 }
+            }
+        }
+    }
+
+    // Synthetic video is YUV 4:2:0: even sizes, a positive rate.
+    for node in &cfg.nodes {
+        if let NodeKind::TestSrc(t) = &node.kind {
+            for v in [&t.width, &t.height] {
+                if *v.get_ref() == 0 || v.get_ref() % 2 == 1 || *v.get_ref() > 8192 {
+                    diags.push(cfg.diag(v.span(), format!("testsrc `{}`: sizes must be even and 2–8192, got {}", node.name, v.get_ref())));
+                }
+            }
+            if !(t.rate > 0.0 && t.rate <= 1000.0) {
+                diags.push(cfg.diag(node.kind_span.clone(), format!("testsrc `{}`: rate must be in (0, 1000], got {}", node.name, t.rate)));
             }
         }
     }

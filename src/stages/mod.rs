@@ -205,6 +205,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     for (i, node) in cfg.nodes.iter().enumerate() {
         let name: Arc<str> = Arc::from(node.name.as_str());
         let body = match &node.kind {
+            NodeKind::TestSrc(c) => Ok(Body::Source(Box::new(sources::testsrc::TestSrc::new(c, pool_size, opts.max_frames)))),
             NodeKind::Audio(c) => {
                 sources::audio::AudioSource::build(cfg, node, c, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }

@@ -15,6 +15,7 @@ pub struct FileSource {
     pool: Pool<u8>,
     max_frames: Option<u64>,
     live: bool,
+    realtime: bool,
 }
 
 impl FileSource {
@@ -28,17 +29,20 @@ impl FileSource {
         max_frames: Option<u64>,
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
-        let decoder = VideoDecoder::open(&path, c.decoder_threads).map_err(|e| {
+        // `-`: a container stream piped in on stdin (FFmpeg probes its format).
+        let open_path = if path.as_os_str() == "-" { PathBuf::from("pipe:0") } else { path.clone() };
+        let decoder = VideoDecoder::open(&open_path, c.decoder_threads).map_err(|e| {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
         })?;
         let uri = c.uri.get_ref();
-        let live = is_url(uri) && ["rtsp", "rtsps", "rtmp", "udp", "srt", "rtp"].iter().any(|s| uri.starts_with(&format!("{s}://")));
+        let live = c.realtime
+            || (is_url(uri) && ["rtsp", "rtsps", "rtmp", "udp", "srt", "rtp"].iter().any(|s| uri.starts_with(&format!("{s}://"))));
         let max_frames = match (c.max_frames, max_frames) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live })
+        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime })
     }
 }
 
@@ -57,12 +61,13 @@ impl Source for FileSource {
     fn describe(&self) -> String {
         let i = &self.decoder.info;
         format!(
-            "{} ({} {}x{}{}, decode: FFmpeg software)",
-            self.path.display(),
+            "{} ({} {}x{}{}, decode: FFmpeg software{})",
+            if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }.display(),
             i.codec,
             i.width,
             i.height,
-            i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default()
+            i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default(),
+            if self.realtime { ", paced in real time" } else { "" }
         )
     }
 
@@ -70,6 +75,8 @@ impl Source for FileSource {
         let tb = self.decoder.info.time_base;
         let mut seq = 0u64;
         let mut bad_frames = 0u64;
+        // Realtime pacing: the first frame's pts and when it went out.
+        let mut clock: Option<(i64, std::time::Instant)> = None;
         while !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m) {
             let decoded = match self.decoder.next_frame() {
                 Ok(Some(f)) => f,
@@ -85,6 +92,14 @@ impl Source for FileSource {
                     continue;
                 }
             };
+            if let (true, Some(p)) = (self.realtime, pts) {
+                let (p0, t0) = *clock.get_or_insert((p, std::time::Instant::now()));
+                let due = t0 + std::time::Duration::from_secs_f64(((p - p0) as f64 * tb.0 as f64 / tb.1.max(1) as f64).max(0.0));
+                // Sleep in short steps so a stop request is honoured promptly.
+                while !ctx.stopping() && std::time::Instant::now() < due {
+                    std::thread::sleep((due - std::time::Instant::now()).min(std::time::Duration::from_millis(50)));
+                }
+            }
             let frame = ctx.new_frame(seq, pts, tb, Some(Arc::new(image)));
             seq += 1;
             if !ctx.emit(frame) {
