@@ -722,3 +722,23 @@ fn testsrc_makes_synthetic_video() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("testsrc `gen`: sizes must be even and 2–8192, got 641"), "{}", stderr(&o));
 }
+
+/// Annotated snapshots: every 25th frame as PNG, with the text boxes drawn where they were found.
+#[test]
+fn images_sink_writes_annotated_snapshots() {
+    let (out, _) = run_ok(&["run", "tests/data/snapshots.toml", "--progress", "never"]);
+    let dir = out.path().join("snapshots");
+    let mut files: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["cam-000000.png", "cam-000025.png", "cam-000050.png", "cam-000075.png"]);
+    let lines = read_ndjson(&out.path().join("snap.ndjson"));
+    for seq in [0usize, 25, 50, 75] {
+        let img = image::open(dir.join(format!("cam-{seq:06}.png"))).unwrap().to_rgb8();
+        assert_eq!(img.dimensions(), (1280, 720));
+        for b in bboxes(&lines[seq], "boxes") {
+            // The box outline is drawn in green at its top-left corner.
+            let p = img.get_pixel(b[0].round() as u32, b[1].round() as u32);
+            assert_eq!(p.0, [0, 255, 0], "frame {seq} box {b:?}");
+        }
+    }
+}

@@ -25,6 +25,7 @@ pub enum NodeKind {
     Classification(ClassificationConfig),
     Ndjson(NdjsonSinkConfig),
     Subtitles(SubtitlesSinkConfig),
+    Images(ImagesSinkConfig),
     Null(NullSinkConfig),
 }
 
@@ -44,6 +45,7 @@ impl NodeKind {
             NodeKind::Classification(_) => "classification",
             NodeKind::Ndjson(_) => "ndjson",
             NodeKind::Subtitles(_) => "subtitles",
+            NodeKind::Images(_) => "images",
             NodeKind::Null(_) => "null",
         }
     }
@@ -51,7 +53,7 @@ impl NodeKind {
 
 const SOURCE_KINDS: &[&str] = &["file", "audio", "testsrc"];
 const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad"];
-const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "null"];
+const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
     match role {
@@ -77,6 +79,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Sink, "ndjson") => NodeKind::Ndjson(NdjsonSinkConfig::deserialize(d)?),
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
         (Role::Sink, "subtitles") => NodeKind::Subtitles(SubtitlesSinkConfig::deserialize(d)?),
+        (Role::Sink, "images") => NodeKind::Images(ImagesSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -642,6 +645,39 @@ pub struct SubtitlesSinkConfig {
 
 fn speech_text() -> String {
     "(speech)".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageFormat {
+    #[default]
+    Jpeg,
+    Png,
+}
+
+/// `kind = "images"`: JPEG/PNG snapshots, `STREAM-SEQ.jpg` in `folder`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesSinkConfig {
+    pub folder: Spanned<String>,
+    #[serde(default)]
+    pub format: ImageFormat,
+    /// Every Nth frame of each stream (by sequence number).
+    #[serde(default = "one_u64")]
+    pub every: u64,
+    /// Only frames with boxes, text or detections.
+    #[serde(default)]
+    pub only_with_results: bool,
+    /// Draw boxes, text regions and detections.
+    #[serde(default = "yes_images")]
+    pub annotate: bool,
+}
+
+fn one_u64() -> u64 {
+    1
+}
+fn yes_images() -> bool {
+    true
 }
 
 /// `kind = "null"`: discards frames (benchmarks).

@@ -56,7 +56,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Detection(_) => DataType::Objects,
         NodeKind::Classification(_) => DataType::Classes,
-        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) => DataType::Nothing,
+        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) => DataType::Nothing,
     }
 }
 

@@ -242,6 +242,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
             NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
+            NodeKind::Images(c) => sinks::images::Images::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
         };
         match body {

@@ -1,5 +1,6 @@
 //! Sinks: where results go.
 
+pub mod images;
 pub mod ndjson;
 pub mod subtitles;
 
