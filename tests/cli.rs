@@ -132,24 +132,33 @@ fn full_queue_drops_are_counted_and_accounted() {
     assert_eq!(det.split_whitespace().nth(4), Some(dropped.to_string().as_str()), "{det}");
 }
 
+/// Start `run tests/data/eval.toml` (plus `extra` arguments) writing into
+/// `out`, and return once its NDJSON has `lines` lines.
+fn spawn_until_lines(out: &std::path::Path, extra: &[&str], lines: usize) -> std::process::Child {
+    require_assets();
+    let child = bin()
+        .args(["run", "tests/data/eval.toml", "--progress", "never"])
+        .args(extra)
+        .env("INFER_STREAM_TEST_OUT", out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ndjson = out.join("eval.ndjson");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&ndjson).map(|s| s.lines().count()).unwrap_or(0) < lines {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no output after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 /// Interrupt a run mid-way: it drains, leaves complete NDJSON, and exits 128 + signal.
 fn interrupt(signal: &str, code: i32) {
     require_assets();
     let out = tempfile::tempdir().unwrap();
     let report = out.path().join("report.json");
-    let child = bin()
-        .args(["run", "tests/data/eval.toml", "--progress", "never", "--report"])
-        .arg(&report)
-        .env("INFER_STREAM_TEST_OUT", out.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_until_lines(out.path(), &["--report", report.to_str().unwrap()], 10);
     let ndjson = out.path().join("eval.ndjson");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&ndjson).map(|s| s.lines().count()).unwrap_or(0) < 10 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no output after 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let st = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
     assert!(st.success());
     let o = child.wait_with_output().unwrap();
@@ -283,18 +292,8 @@ fn ndjson_to_stdout_keeps_stdout_clean() {
 fn second_signal_exits_at_once() {
     require_assets();
     let out = tempfile::tempdir().unwrap();
-    let child = bin()
-        .args(["run", "tests/data/eval.toml", "--progress", "never"])
-        .env("INFER_STREAM_TEST_OUT", out.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_until_lines(out.path(), &[], 3);
     let ndjson = out.path().join("eval.ndjson");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&ndjson).map(|s| s.lines().count()).unwrap_or(0) < 3 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no output after 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let pid = child.id().to_string();
     for _ in 0..2 {
         assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());

@@ -112,6 +112,34 @@ pub fn ort_runtime(cfg: &PipelineConfig, opts: &BuildOptions) -> Result<&'static
     })
 }
 
+/// A text file the config names (dictionary, labels), errors located at the key.
+fn read_listed(cfg: &PipelineConfig, value: &toml::Spanned<String>, what: &str) -> Result<String, Diagnostic> {
+    let path = cfg.resolve_path(value)?;
+    std::fs::read_to_string(&path).map_err(|e| cfg.diag(value.span(), format!("cannot read {what} {}: {e}", path.display())))
+}
+
+/// An upstream model (as written in the config) and one of its metadata values.
+type ModelMetadata<'a> = (&'a toml::Spanned<String>, Option<String>);
+
+/// The model of the infer stage feeding node `i` (as written in the config)
+/// and its custom metadata `key`; `None` when no infer stage (or no runtime) feeds it.
+fn upstream_metadata<'a>(
+    cfg: &'a PipelineConfig,
+    graph: &Graph,
+    i: usize,
+    key: &str,
+    rt: Option<&OrtRuntime>,
+) -> Result<Option<ModelMetadata<'a>>, Diagnostic> {
+    let infer = graph.producers[i].iter().find_map(|&p| match &cfg.nodes[p].kind {
+        NodeKind::Infer(ic) => Some(ic),
+        _ => None,
+    });
+    let (Some(ic), Some(rt)) = (infer, rt) else { return Ok(None) };
+    let model = cfg.resolve_path(&ic.model)?;
+    let report = crate::backend::ort::model_report(rt, &model).map_err(|e| cfg.diag(ic.model.span(), e.to_string()))?;
+    Ok(Some((&ic.model, report.metadata.get(key).cloned())))
+}
+
 /// The recogniser's characters: the `dictionary` file, else the `character`
 /// metadata of the model in the infer stage feeding node `i`.
 fn charset(
@@ -123,42 +151,21 @@ fn charset(
 ) -> Result<postprocess::ctc::Charset, Diagnostic> {
     let node = &cfg.nodes[i];
     if let Some(d) = &c.dictionary {
-        let path = cfg.resolve_path(d)?;
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| cfg.diag(d.span(), format!("cannot read dictionary {}: {e}", path.display())))?;
-        return Ok(postprocess::ctc::Charset::new(&text, c.blank));
+        return Ok(postprocess::ctc::Charset::new(&read_listed(cfg, d, "dictionary")?, c.blank));
     }
-    let infer = graph.producers[i].iter().find_map(|&p| match &cfg.nodes[p].kind {
-        NodeKind::Infer(ic) => Some(ic),
-        _ => None,
-    });
-    let (Some(ic), Some(rt)) = (infer, rt) else {
-        return Err(cfg
-            .diag(node.kind_span.clone(), format!("text_recognition `{}` has no dictionary", node.name))
-            .with_help("set `dictionary = \"keys.txt\"`, or feed it an infer stage whose model has `character` metadata"));
-    };
-    let model = cfg.resolve_path(&ic.model)?;
-    let report = crate::backend::ort::model_report(rt, &model).map_err(|e| cfg.diag(ic.model.span(), e.to_string()))?;
-    match report.metadata.get("character") {
-        Some(chars) => Ok(postprocess::ctc::Charset::new(chars, c.blank)),
-        None => Err(cfg
-            .diag(node.kind_span.clone(), format!("model {} has no `character` metadata", ic.model.get_ref()))
+    match upstream_metadata(cfg, graph, i, "character", rt)? {
+        Some((_, Some(chars))) => Ok(postprocess::ctc::Charset::new(&chars, c.blank)),
+        Some((model, None)) => Err(cfg
+            .diag(node.kind_span.clone(), format!("model {} has no `character` metadata", model.get_ref()))
             .with_help("set `dictionary = \"keys.txt\"` (one character per line)")),
+        None => Err(cfg
+            .diag(node.kind_span.clone(), format!("text_recognition `{}` has no dictionary", node.name))
+            .with_help("set `dictionary = \"keys.txt\"`, or feed it an infer stage whose model has `character` metadata")),
     }
 }
 
-/// Class names: the `labels` file, else the `names` metadata of the model feeding node `i` (empty if it has none).
-fn class_names(
-    cfg: &PipelineConfig,
-    graph: &Graph,
-    i: usize,
-    c: &crate::config::DetectionConfig,
-    rt: Option<&OrtRuntime>,
-) -> Result<Vec<String>, Diagnostic> {
-    labels_for(cfg, graph, i, c.labels.as_ref(), rt)
-}
-
-/// Labels from a file, else the `names` metadata of the model feeding node `i`.
+/// Class names: the `labels` file, else the `names` metadata of the model
+/// feeding node `i` (ultralytics' format), else none.
 fn labels_for(
     cfg: &PipelineConfig,
     graph: &Graph,
@@ -167,18 +174,9 @@ fn labels_for(
     rt: Option<&OrtRuntime>,
 ) -> Result<Vec<String>, Diagnostic> {
     if let Some(l) = labels {
-        let path = cfg.resolve_path(l)?;
-        let text = std::fs::read_to_string(&path).map_err(|e| cfg.diag(l.span(), format!("cannot read labels {}: {e}", path.display())))?;
-        return Ok(text.lines().map(|s| s.trim().to_string()).collect());
+        return Ok(read_listed(cfg, l, "labels")?.lines().map(|s| s.trim().to_string()).collect());
     }
-    let infer = graph.producers[i].iter().find_map(|&p| match &cfg.nodes[p].kind {
-        NodeKind::Infer(ic) => Some(ic),
-        _ => None,
-    });
-    let (Some(ic), Some(rt)) = (infer, rt) else { return Ok(Vec::new()) };
-    let model = cfg.resolve_path(&ic.model)?;
-    let report = crate::backend::ort::model_report(rt, &model).map_err(|e| cfg.diag(ic.model.span(), e.to_string()))?;
-    Ok(report.metadata.get("names").map(|n| postprocess::yolo::parse_names(n)).unwrap_or_default())
+    Ok(upstream_metadata(cfg, graph, i, "names", rt)?.and_then(|(_, n)| n).map(|n| postprocess::yolo::parse_names(&n)).unwrap_or_default())
 }
 
 /// Models' declared inputs and outputs, per infer node.
@@ -228,7 +226,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 None => continue,
             },
             NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(postprocess::db::TextDetection::new(name, c.clone())))),
-            NodeKind::Detection(c) => class_names(cfg, graph, i, c, rt)
+            NodeKind::Detection(c) => labels_for(cfg, graph, i, c.labels.as_ref(), rt)
                 .map(|names| Body::Stage(Box::new(postprocess::yolo::Yolo::new(name, c.clone(), names)) as Box<dyn Stage>)),
             NodeKind::Classification(c) => match labels_for(cfg, graph, i, c.labels.as_ref(), rt) {
                 Ok(l) => Ok(Body::Stage(Box::new(postprocess::classify::Classification::new(name, c.clone(), l)))),
