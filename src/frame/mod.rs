@@ -1,6 +1,7 @@
 //! What flows through a pipeline: a frame with its metadata, its decoded
 //! image and the results each stage attached.
 
+pub mod convert;
 pub mod letterbox;
 pub mod pool;
 pub mod ticket;
