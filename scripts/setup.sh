@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 scripts/fetch-models.sh
+scripts/fetch-nvrtc.sh
 scripts/make-samples.sh

@@ -1,14 +1,54 @@
-//! CUDA through cudarc (dynamic loading): the device-memory side of frames.
-//! Only probing lives here so far; decode, kernels and bound inference
-//! arrive with the GPU path.
+//! CUDA through cudarc (dynamic loading, nothing needed at build time).
+//!
+//! One [`Gpu`] per device, shared by everything in the process: the device's
+//! primary context (the one ONNX Runtime's CUDA and TensorRT providers use),
+//! one stream (also handed to FFmpeg's NVDEC, see `backend::nvdec`), the
+//! preprocessing kernels compiled by NVRTC for this device, and a pool of
+//! device buffers. All work is ordered on that one stream; the host waits only
+//! when it downloads.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result, sys};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+use crate::frame::convert::KernelParams;
+
+/// The kernels' CUDA C source (see the file for the CPU twin's location).
+pub const KERNELS: &str = include_str!("kernels.cu");
+/// Kernel entry points in [`KERNELS`].
+pub const KERNEL_NAMES: &[&str] = &["preprocess", "checksum_u8"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no NVIDIA driver (libcuda.so) on this machine")]
+    NoDriver,
+    #[error("no NVRTC library (libnvrtc.so.13 or .12) found; set INFER_STREAM_NVRTC to its path")]
+    NoNvrtc,
+    #[error("CUDA device {0} does not exist ({1} device(s) here)")]
+    NoDevice(usize, usize),
+    #[error("CUDA: {0}")]
+    Driver(String),
+    #[error("NVRTC could not compile the kernels: {0}")]
+    Compile(String),
+}
+
+fn drv(e: impl std::fmt::Debug) -> GpuError {
+    GpuError::Driver(format!("{e:?}"))
+}
 
 /// Device-resident image planes. `keep` owns whatever keeps the memory alive
-/// (an AVFrame, a pooled device buffer…); dropping it releases the planes.
+/// (a pooled device buffer); dropping it releases the planes.
 pub struct DeviceImage {
     /// Device pointers per plane (0 when unused).
     pub planes: [u64; 4],
+    /// Bytes per row of each plane.
     pub pitches: [usize; 4],
     pub keep: Box<dyn std::any::Any + Send + Sync>,
+    /// The GPU the planes live on.
+    pub gpu: Arc<Gpu>,
 }
 
 /// What this machine offers to the GPU path.
@@ -17,27 +57,387 @@ pub struct CudaProbe {
     pub driver: bool,
     pub nvrtc: bool,
     pub devices: usize,
+    /// Where NVRTC was loaded from, when found outside the loader's path.
+    pub nvrtc_path: Option<String>,
+}
+
+/// Load NVRTC from a known place so cudarc's by-name lookup finds it: the
+/// dynamic loader matches an already-loaded library by its soname. Looks at
+/// `INFER_STREAM_NVRTC` (a file), then beside the executable, `.deps/nvrtc`
+/// and the CUDA toolkit. Returns the path loaded, if any.
+pub fn preload_nvrtc() -> Option<PathBuf> {
+    static DONE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(p) = std::env::var_os("INFER_STREAM_NVRTC") {
+            candidates.push(p.into());
+        }
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Some(d) = std::env::current_exe().ok().and_then(|e| e.parent().map(|p| p.to_path_buf())) {
+            dirs.push(d.join("lib"));
+            dirs.push(d);
+        }
+        dirs.push(PathBuf::from(".deps/nvrtc"));
+        dirs.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".deps/nvrtc"));
+        dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+        for d in dirs {
+            for v in ["13", "12"] {
+                candidates.push(d.join(format!("libnvrtc.so.{v}")));
+            }
+        }
+        for c in candidates {
+            if !c.is_file() {
+                continue;
+            }
+            // SAFETY: loading NVRTC runs only its (trivial) initialisers; the
+            // handle is leaked so the library stays loaded for the process.
+            if let Ok(lib) = unsafe { libloading::Library::new(&c) } {
+                std::mem::forget(lib);
+                return Some(c);
+            }
+        }
+        None
+    })
+    .clone()
 }
 
 /// Probe without panicking: cudarc's loader panics when a library is missing,
 /// so presence is checked first.
 pub fn probe() -> CudaProbe {
+    let nvrtc_path = preload_nvrtc().map(|p| p.display().to_string());
     // SAFETY: only tries to dlopen the driver library; no CUDA call is made.
-    let driver = unsafe { cudarc::driver::sys::is_culib_present() };
+    let driver = unsafe { sys::is_culib_present() };
     // SAFETY: as above, for libnvrtc.
     let nvrtc = unsafe { cudarc::nvrtc::sys::is_culib_present() };
-    let devices = if driver { cudarc::driver::CudaContext::device_count().unwrap_or(0).max(0) as usize } else { 0 };
-    CudaProbe { driver, nvrtc, devices }
+    let devices = if driver { CudaContext::device_count().unwrap_or(0).max(0) as usize } else { 0 };
+    CudaProbe { driver, nvrtc, devices, nvrtc_path }
+}
+
+/// NVRTC's version, when the library is there.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    preload_nvrtc();
+    // SAFETY: presence check only.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-pointers to live locals.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }.result().ok()?;
+    Some((major, minor))
+}
+
+/// Compile the kernels to PTX for `arch` (e.g. `compute_90`), with fused
+/// multiply-add off so the results match the CPU twin to rounding. Needs
+/// only NVRTC, no GPU: CI runs it.
+pub fn compile_kernels(arch: &str) -> Result<Ptx, GpuError> {
+    preload_nvrtc();
+    // SAFETY: presence check only; cudarc would panic on a missing library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    // cudarc wants a 'static arch name; the set of archs is tiny, so leaking is fine.
+    let arch: &'static str = Box::leak(arch.to_string().into_boxed_str());
+    let opts = CompileOptions {
+        fmad: Some(false),
+        arch: Some(arch),
+        name: Some("infer_stream_kernels.cu".into()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts).map_err(|e| GpuError::Compile(format!("{e:?}")))
+}
+
+/// One device: context, stream, kernels, buffer pool.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    preprocess: CudaFunction,
+    checksum: CudaFunction,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    /// Free device buffers by size in bytes.
+    free: Mutex<HashMap<usize, Vec<u64>>>,
+    allocations: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({} sm_{}{})", self.name, self.compute_capability.0, self.compute_capability.1)
+    }
+}
+
+impl Gpu {
+    /// The shared GPU for `device` (created on first use).
+    pub fn shared(device: usize) -> Result<Arc<Gpu>, GpuError> {
+        static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+        let mut map = GPUS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = map.get(&device) {
+            return Ok(g.clone());
+        }
+        let g = Arc::new(Gpu::new(device)?);
+        map.insert(device, g.clone());
+        Ok(g)
+    }
+
+    fn new(device: usize) -> Result<Gpu, GpuError> {
+        let p = probe();
+        if !p.driver {
+            return Err(GpuError::NoDriver);
+        }
+        if device >= p.devices {
+            return Err(GpuError::NoDevice(device, p.devices));
+        }
+        if !p.nvrtc {
+            return Err(GpuError::NoNvrtc);
+        }
+        let ctx = CudaContext::new(device).map_err(drv)?;
+        // One stream, ordered by hand: no per-buffer events.
+        // SAFETY: every buffer this crate hands to kernels is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(drv)?;
+        let cc = ctx.compute_capability().map_err(drv)?;
+        let ptx = compile_kernels(&format!("compute_{}{}", cc.0, cc.1))?;
+        let module = ctx.load_module(ptx).map_err(drv)?;
+        let preprocess = module.load_function("preprocess").map_err(drv)?;
+        let checksum = module.load_function("checksum_u8").map_err(drv)?;
+        let name = ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into());
+        Ok(Gpu {
+            ctx,
+            stream,
+            preprocess,
+            checksum,
+            name,
+            compute_capability: cc,
+            free: Mutex::new(HashMap::new()),
+            allocations: 0.into(),
+        })
+    }
+
+    /// The raw stream, for FFmpeg and ONNX Runtime.
+    pub fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// The raw (primary) context, for FFmpeg.
+    pub fn cu_ctx(&self) -> sys::CUcontext {
+        self.ctx.cu_ctx()
+    }
+
+    fn bind(&self) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread().map_err(drv)
+    }
+
+    /// A device buffer of `bytes`, from the pool when one is free.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuf, GpuError> {
+        if let Some(ptr) = self.free.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&bytes).and_then(|v| v.pop()) {
+            return Ok(DeviceBuf { ptr, bytes, gpu: self.clone() });
+        }
+        self.bind()?;
+        // SAFETY: a plain allocation in the bound context; freed in `Gpu::drop`
+        // (pooled buffers come back through `DeviceBuf::drop`).
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(drv)?;
+        self.allocations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(DeviceBuf { ptr, bytes, gpu: self.clone() })
+    }
+
+    /// Device buffers allocated so far (steady state: stays flat).
+    pub fn allocations(&self) -> u64 {
+        self.allocations.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize), GpuError> {
+        self.bind()?;
+        result::mem_get_info().map_err(drv)
+    }
+
+    /// Copy `height` rows of `width_bytes` between pitched device regions, on the stream.
+    pub fn copy_2d(&self, src: u64, src_pitch: usize, dst: u64, dst_pitch: usize, width_bytes: usize, height: usize) -> Result<(), GpuError> {
+        self.bind()?;
+        let p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width_bytes,
+            Height: height,
+        };
+        // SAFETY: both regions are device memory in this context of at least
+        // `pitch * height` bytes (the callers size them); ordered on our stream.
+        unsafe { sys::cuMemcpy2DAsync_v2(&p, self.cu_stream()) }.result().map_err(drv)
+    }
+
+    /// Copy device bytes at `src` into `dst` and wait for them.
+    pub fn download<T: Copy>(&self, src: u64, dst: &mut [T]) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: `src` holds at least `size_of_val(dst)` bytes (callers pass
+        // buffers of that size); the stream is synchronised before returning,
+        // so `dst` is not touched after this call.
+        unsafe {
+            result::memcpy_dtoh_async(dst, src, self.cu_stream()).map_err(drv)?;
+            result::stream::synchronize(self.cu_stream()).map_err(drv)
+        }
+    }
+
+    /// Copy host bytes to `dst` on the stream and wait (the host buffer is then free).
+    pub fn upload<T: Copy>(&self, src: &[T], dst: u64) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: `dst` holds at least `size_of_val(src)` bytes; synchronised
+        // before returning, so `src` outlives the copy.
+        unsafe {
+            result::memcpy_htod_async(dst, src, self.cu_stream()).map_err(drv)?;
+            result::stream::synchronize(self.cu_stream()).map_err(drv)
+        }
+    }
+
+    /// Wait for everything queued on the stream.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        self.stream.synchronize().map_err(drv)
+    }
+
+    /// Launch the fused preprocess kernel: planes `p` (device pointers and
+    /// pitches) → one image at `out` (f32 or f16 per `k.half`).
+    pub fn preprocess(&self, p: [u64; 3], pitch: [usize; 3], k: &KernelParams, out: u64) -> Result<(), GpuError> {
+        self.bind()?;
+        let pitch = pitch.map(|v| v as i32);
+        let (format, bgr, nhwc, half) = (k.format as i32, k.bgr as i32, k.nhwc as i32, k.half as i32);
+        let mut b = self.stream.launch_builder(&self.preprocess);
+        b.arg(&p[0]).arg(&pitch[0]).arg(&p[1]).arg(&pitch[1]).arg(&p[2]).arg(&pitch[2]);
+        b.arg(&format).arg(&k.src_w).arg(&k.src_h);
+        b.arg(&k.y_off).arg(&k.y_mul).arg(&k.c_mul);
+        b.arg(&k.k_rv).arg(&k.k_gu).arg(&k.k_gv).arg(&k.k_bu);
+        b.arg(&k.new_w).arg(&k.new_h).arg(&k.pad_x).arg(&k.pad_y).arg(&k.dst_w).arg(&k.dst_h);
+        b.arg(&k.sx).arg(&k.sy);
+        b.arg(&k.mul[0]).arg(&k.mul[1]).arg(&k.mul[2]);
+        b.arg(&k.add[0]).arg(&k.add[1]).arg(&k.add[2]);
+        b.arg(&k.pad[0]).arg(&k.pad[1]).arg(&k.pad[2]);
+        b.arg(&bgr).arg(&nhwc).arg(&half).arg(&out);
+        let cfg = LaunchConfig {
+            grid_dim: ((k.dst_w as u32).div_ceil(32), (k.dst_h as u32).div_ceil(8), 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature in
+        // kernels.cu one for one (types: u64 pointers, i32, f32); the planes
+        // hold `src_h` rows of their pitch and `out` holds `k.out_len()`
+        // elements (callers allocate it so).
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
+    }
+
+    /// Position-weighted checksum of a `w` x `h` byte plane on the device
+    /// (see `checksum_u8`); waits for the result.
+    pub fn checksum(self: &Arc<Self>, p: u64, pitch: usize, w: usize, h: usize) -> Result<u64, GpuError> {
+        let sum = self.alloc(8)?;
+        self.upload(&[0u64], sum.ptr)?;
+        let (pitch, w32, h32) = (pitch as i32, w as i32, h as i32);
+        let mut b = self.stream.launch_builder(&self.checksum);
+        b.arg(&p).arg(&pitch).arg(&w32).arg(&h32).arg(&sum.ptr);
+        let cfg = LaunchConfig { grid_dim: ((w as u32).div_ceil(32), (h as u32).div_ceil(8), 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        // SAFETY: arguments match `checksum_u8`; `p` holds `h` rows of `pitch`
+        // bytes and `sum` 8 bytes.
+        unsafe { b.launch(cfg) }.map_err(drv)?;
+        let mut out = [0u64];
+        self.download(sum.ptr, &mut out)?;
+        Ok(out[0])
+    }
+}
+
+/// The same checksum on the host (the oracle of [`Gpu::checksum`]).
+pub fn checksum_host(p: &[u8], pitch: usize, w: usize, h: usize) -> u64 {
+    let mut s = 0u64;
+    for y in 0..h {
+        for x in 0..w {
+            s = s.wrapping_add(p[y * pitch + x] as u64 * (x as u64 + 1 + y as u64 * 7));
+        }
+    }
+    s
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        let _ = self.stream.synchronize();
+        for ptrs in self.free.get_mut().unwrap_or_else(|e| e.into_inner()).values() {
+            for &p in ptrs {
+                // SAFETY: pooled buffers are ours (malloc_sync above) and no
+                // longer used: the stream was synchronised.
+                let _ = unsafe { result::free_sync(p) };
+            }
+        }
+    }
+}
+
+/// A device buffer on loan from the GPU's pool; returns there on drop.
+pub struct DeviceBuf {
+    pub ptr: u64,
+    pub bytes: usize,
+    gpu: Arc<Gpu>,
+}
+
+impl std::fmt::Debug for DeviceBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuf({} bytes)", self.bytes)
+    }
+}
+
+impl DeviceBuf {
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        // Work reading this buffer was queued on the one stream before it was
+        // dropped, so whoever reuses it queues after that work.
+        self.gpu.free.lock().unwrap_or_else(|e| e.into_inner()).entry(self.bytes).or_default().push(self.ptr);
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn probe_never_panics() {
-        let p = super::probe();
+        let p = probe();
         if !p.driver {
             eprintln!("no CUDA driver here: GPU checks are skipped");
             assert_eq!(p.devices, 0);
         }
+    }
+
+    /// Every kernel compiles with NVRTC, no GPU needed (setup fetches NVRTC
+    /// into .deps/nvrtc): for Turing (the oldest NVRTC 13 targets) and Hopper.
+    #[test]
+    fn kernels_compile_with_nvrtc() {
+        let Some((major, minor)) = nvrtc_version() else {
+            panic!("NVRTC not found: run scripts/fetch-nvrtc.sh (or set INFER_STREAM_NVRTC to libnvrtc.so)");
+        };
+        eprintln!("NVRTC {major}.{minor} from {:?}", preload_nvrtc());
+        for arch in ["compute_75", "compute_90"] {
+            let ptx = compile_kernels(arch).unwrap_or_else(|e| panic!("{arch}: {e}")).to_src();
+            let target = format!(".target sm_{}", &arch["compute_".len()..]);
+            assert!(ptx.contains(&target), "{arch}: no `{target}` in the PTX");
+            for name in KERNEL_NAMES {
+                assert!(ptx.contains(&format!(".entry {name}(")), "{arch}: kernel `{name}` missing from the PTX");
+            }
+        }
+    }
+
+    #[test]
+    fn checksum_host_weights_positions() {
+        let p = [1u8, 2, 9, 3, 4, 9];
+        // (x+1+7y) weights: 1*1 + 2*2 + 3*8 + 4*9 over a 2x2 window of pitch 3.
+        assert_eq!(checksum_host(&p, 3, 2, 2), 1 + 4 + 24 + 36);
     }
 }

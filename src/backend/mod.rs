@@ -6,6 +6,8 @@ pub mod ort;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod nvdec;
 
 #[cfg(feature = "gstreamer")]
 pub mod gstreamer;

@@ -99,6 +99,33 @@ pub struct FileSourceConfig {
     /// (queues then default to `drop_oldest`).
     #[serde(default)]
     pub realtime: bool,
+    /// Hardware decoding: `auto` (NVDEC when a GPU and a CUDA hwaccel for the
+    /// codec are there, software otherwise, reported either way), `cuda`
+    /// (NVDEC or an error), `none` (software).
+    pub hwaccel: Option<Spanned<HwAccel>>,
+    /// CUDA device for `hwaccel`.
+    #[serde(default)]
+    pub device_id: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HwAccel {
+    #[default]
+    Auto,
+    Cuda,
+    None,
+}
+
+/// Where a stage computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeDevice {
+    /// Where the frame is: device frames on the GPU, host frames on the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
 }
 
 /// `kind = "testsrc"`: synthetic video (a moving gradient and a moving square)
@@ -248,6 +275,13 @@ pub struct PreprocessConfig {
     pub layout: Layout,
     #[serde(default)]
     pub interpolation: Interpolation,
+    /// `auto`: the CUDA kernel for frames on the GPU (NVDEC), the CPU path
+    /// for frames in host memory; `cuda`: always the kernel (host frames are
+    /// uploaded); `cpu`: always the CPU path (device frames are downloaded).
+    pub device: Option<Spanned<ComputeDevice>>,
+    /// CUDA device for `device = "cuda"` with host frames.
+    #[serde(default)]
+    pub device_id: usize,
 }
 
 fn zeros3() -> [f32; 3] {

@@ -214,7 +214,13 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
-            NodeKind::Preprocess(c) => Ok(Body::Stage(Box::new(preprocess::Preprocess::new(name, c, pool_size)))),
+            NodeKind::Preprocess(c) => preprocess::Preprocess::new(name.clone(), c, pool_size)
+                .map(|p| Body::Stage(Box::new(p)) as Body)
+                .map_err(|e| {
+                    let span = c.device.as_ref().map(|d| d.span()).unwrap_or(c.width.span());
+                    cfg.diag(span, format!("stage `{name}`: device = \"cuda\": {e}"))
+                        .with_help("use device = \"auto\" (the GPU for NVDEC frames only) or \"cpu\"; `infer-stream doctor` says what this machine has")
+                }),
             NodeKind::Infer(c) => match rt {
                 Some(rt) => {
                     let warm = graph.preprocess_shape(cfg, i);

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use ffmpeg_next::format::Pixel;
 
 use crate::backend::ffmpeg::{Scaler, sws_flags};
-use crate::config::{ChannelOrder, Layout, PreprocessConfig, ResizeMode};
-use crate::frame::{Frame, Letterbox, ModelInput, Payload, Pool, Tensor};
+use crate::config::{ChannelOrder, ComputeDevice, Layout, PreprocessConfig, ResizeMode};
+use crate::frame::convert::{KernelParams, Normalize, SrcFormat};
+use crate::frame::{Frame, Image, Letterbox, ModelInput, Payload, Pool, Tensor};
 use crate::stages::{Stage, StageError};
 
 /// Per-channel lookup: byte value → normalised float.
@@ -104,11 +105,29 @@ pub struct Preprocess {
     scaler: Option<Scaler>,
     rgb: Vec<u8>,
     pool: Pool<f32>,
+    device: ComputeDevice,
+    /// The GPU for host frames when `device = "cuda"`.
+    #[cfg(feature = "cuda")]
+    gpu: Option<Arc<crate::backend::cuda::Gpu>>,
+    /// Host copies of device frames (`device = "cpu"`).
+    #[cfg(feature = "cuda")]
+    host_images: Pool<u8>,
 }
 
 impl Preprocess {
-    pub fn new(name: Arc<str>, cfg: &PreprocessConfig, pool_size: usize) -> Self {
-        Preprocess {
+    /// Build the stage; `device = "cuda"` needs a GPU now (the error says why not).
+    pub fn new(name: Arc<str>, cfg: &PreprocessConfig, pool_size: usize) -> Result<Self, String> {
+        let device = cfg.device.as_ref().map(|d| *d.get_ref()).unwrap_or_default();
+        #[cfg(feature = "cuda")]
+        let gpu = match device {
+            ComputeDevice::Cuda => Some(crate::backend::cuda::Gpu::shared(cfg.device_id).map_err(|e| e.to_string())?),
+            _ => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        if device == ComputeDevice::Cuda {
+            return Err("this build has no GPU support (built without the `cuda` feature)".into());
+        }
+        Ok(Preprocess {
             name,
             table: NormTable::new(cfg.scale, cfg.mean, cfg.std, cfg.pad_value),
             flags: sws_flags(cfg.interpolation),
@@ -116,7 +135,44 @@ impl Preprocess {
             scaler: None,
             rgb: Vec::new(),
             pool: Pool::new(pool_size),
+            device,
+            #[cfg(feature = "cuda")]
+            gpu,
+            #[cfg(feature = "cuda")]
+            host_images: Pool::new(pool_size),
+        })
+    }
+
+    fn letterbox(&self, img: &Image) -> Letterbox {
+        let (w, h) = (*self.cfg.width.get_ref(), *self.cfg.height.get_ref());
+        match self.cfg.resize {
+            ResizeMode::Letterbox => Letterbox::fit(img.width, img.height, w, h),
+            ResizeMode::Stretch => Letterbox::stretch(img.width, img.height, w, h),
         }
+    }
+
+    /// The kernel's parameters for `img` (also what the CPU twin runs).
+    pub fn kernel_params(&self, img: &Image) -> Result<KernelParams, String> {
+        let fmt = SrcFormat::from_pixel(img.format)
+            .ok_or_else(|| format!("the GPU preprocess reads NV12, P010, YUV420P, RGB24 and BGR24, not {:?}", img.format))?;
+        let c = &self.cfg;
+        let norm = Normalize { scale: c.scale, mean: c.mean, std: c.std, pad_value: c.pad_value };
+        Ok(KernelParams::new(fmt, img.color, &self.letterbox(img), &norm, c.color == ChannelOrder::Bgr, c.layout == Layout::Nhwc, false))
+    }
+
+    /// The CUDA kernel on a device image, then one download of the tensor.
+    #[cfg(feature = "cuda")]
+    fn process_gpu(&mut self, frame: &mut Frame, img: &Image) -> Result<(), StageError> {
+        let crate::frame::Storage::Device(d) = &img.storage else { unreachable!("device images only") };
+        let k = self.kernel_params(img).map_err(StageError::Frame)?;
+        let e = |e: crate::backend::cuda::GpuError| StageError::Frame(format!("GPU preprocess: {e}"));
+        let out = d.gpu.alloc(k.out_len() * 4).map_err(e)?;
+        d.gpu.preprocess([d.planes[0], d.planes[1], d.planes[2]], [d.pitches[0], d.pitches[1], d.pitches[2]], &k, out.ptr).map_err(e)?;
+        let mut data = self.pool.get(k.out_len());
+        d.gpu.download(out.ptr, &mut data).map_err(e)?;
+        let letterbox = self.letterbox(img);
+        frame.attach(&self.name, Payload::Input(ModelInput { tensor: Tensor { shape: self.shape(), data }, letterbox }));
+        Ok(())
     }
 
     pub fn shape(&self) -> Vec<usize> {
@@ -136,8 +192,13 @@ impl Preprocess {
 impl Stage for Preprocess {
     fn describe(&self) -> String {
         let c = &self.cfg;
+        let engine = match self.device {
+            ComputeDevice::Auto => "CUDA kernel for NVDEC frames, else CPU: swscale + table normalise",
+            ComputeDevice::Cuda => "CUDA kernel",
+            ComputeDevice::Cpu => "CPU: swscale + table normalise",
+        };
         format!(
-            "{:?} {}x{} {:?} {:?} f32 (CPU: swscale {:?} + table normalise)",
+            "{:?} {}x{} {:?} {:?} f32 ({engine}, {:?})",
             c.resize,
             c.width.get_ref(),
             c.height.get_ref(),
@@ -150,23 +211,43 @@ impl Stage for Preprocess {
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
         let img = frame.image.clone().ok_or_else(|| StageError::Frame("frame has no image".into()))?;
+        #[cfg(feature = "cuda")]
+        {
+            let on_device = img.host().is_none();
+            match (self.device, on_device) {
+                (ComputeDevice::Cpu, true) => {
+                    let host = crate::backend::nvdec::download_image(&img, &self.host_images).map_err(StageError::Frame)?;
+                    return self.process_cpu(frame, &host);
+                }
+                (_, true) => return self.process_gpu(frame, &img),
+                (ComputeDevice::Cuda, false) => {
+                    let gpu = self.gpu.clone().expect("built with a GPU for device = cuda");
+                    let up = crate::backend::nvdec::upload_image(&img, &gpu).map_err(StageError::Frame)?;
+                    return self.process_gpu(frame, &up);
+                }
+                _ => {}
+            }
+        }
+        self.process_cpu(frame, &img)
+    }
+}
+
+impl Preprocess {
+    fn process_cpu(&mut self, frame: &mut Frame, img: &Image) -> Result<(), StageError> {
         let (w, h) = (*self.cfg.width.get_ref(), *self.cfg.height.get_ref());
-        let lb = match self.cfg.resize {
-            ResizeMode::Letterbox => Letterbox::fit(img.width, img.height, w, h),
-            ResizeMode::Stretch => Letterbox::stretch(img.width, img.height, w, h),
-        };
+        let lb = self.letterbox(img);
         let fmt = match self.cfg.color {
             ChannelOrder::Rgb => Pixel::RGB24,
             ChannelOrder::Bgr => Pixel::BGR24,
         };
-        if !self.scaler.as_ref().is_some_and(|s| s.fits(&img, lb.new_w, lb.new_h, fmt)) {
+        if !self.scaler.as_ref().is_some_and(|s| s.fits(img, lb.new_w, lb.new_h, fmt)) {
             if self.scaler.is_some() {
                 tracing::info!("{}: input changed to {}x{} {:?}; rebuilding the scaler", self.name, img.width, img.height, img.format);
             }
-            self.scaler = Some(Scaler::new(&img, lb.new_w, lb.new_h, fmt, self.flags).map_err(|e| StageError::Frame(e.to_string()))?);
+            self.scaler = Some(Scaler::new(img, lb.new_w, lb.new_h, fmt, self.flags).map_err(|e| StageError::Frame(e.to_string()))?);
         }
         self.rgb.resize(lb.new_w as usize * lb.new_h as usize * 3, 0);
-        self.scaler.as_mut().expect("set above").run(&img, &mut self.rgb).map_err(StageError::Frame)?;
+        self.scaler.as_mut().expect("set above").run(img, &mut self.rgb).map_err(StageError::Frame)?;
         let mut data = self.pool.get(3 * w as usize * h as usize);
         normalize_into(&self.rgb, &lb, &self.table, self.cfg.layout, &mut data);
         frame.attach(&self.name, Payload::Input(ModelInput { tensor: Tensor { shape: self.shape(), data }, letterbox: lb }));

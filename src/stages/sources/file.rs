@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, FileSourceConfig, NodeConfig, PipelineConfig, is_url};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
 use crate::frame::Pool;
 use crate::runtime::SourceCtx;
 use crate::stages::Source;
@@ -16,6 +16,31 @@ pub struct FileSource {
     max_frames: Option<u64>,
     live: bool,
     realtime: bool,
+    decode: Decode,
+}
+
+/// How this source decodes, as resolved at build time.
+enum Decode {
+    /// FFmpeg software decode; the reason when `hwaccel = "auto"` did not pick NVDEC.
+    Software(Option<String>),
+    /// NVDEC into device frames on this GPU.
+    #[cfg(feature = "cuda")]
+    Nvdec(std::sync::Arc<crate::backend::cuda::Gpu>, #[allow(dead_code)] crate::backend::ffmpeg::HwDevice),
+}
+
+/// Try NVDEC for `path`: the shared GPU, FFmpeg's device on its context and
+/// stream, and a decoder with the CUDA hwaccel.
+#[cfg(feature = "cuda")]
+fn open_nvdec(path: &std::path::Path, device: usize) -> Result<(VideoDecoder, Decode), String> {
+    let gpu = crate::backend::cuda::Gpu::shared(device).map_err(|e| e.to_string())?;
+    let hw = crate::backend::nvdec::hw_device(&gpu)?;
+    let dec = VideoDecoder::open_cuda(path, &hw).map_err(|e| e.to_string())?;
+    Ok((dec, Decode::Nvdec(gpu, hw)))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_nvdec(_: &std::path::Path, _: usize) -> Result<(VideoDecoder, Decode), String> {
+    Err("this build has no GPU support (built without the `cuda` feature)".into())
 }
 
 impl FileSource {
@@ -31,10 +56,36 @@ impl FileSource {
         let path = cfg.resolve_path(&c.uri)?;
         // `-`: a container stream piped in on stdin (FFmpeg probes its format).
         let open_path = if path.as_os_str() == "-" { PathBuf::from("pipe:0") } else { path.clone() };
-        let decoder = VideoDecoder::open(&open_path, c.decoder_threads).map_err(|e| {
+        let open_err = |e: crate::backend::ffmpeg::FfmpegError| {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
-        })?;
+        };
+        let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
+        let stdin = path.as_os_str() == "-";
+        let (decoder, decode) = match hw {
+            HwAccel::None => (VideoDecoder::open(&open_path, c.decoder_threads).map_err(open_err)?, Decode::Software(None)),
+            HwAccel::Cuda => open_nvdec(&open_path, c.device_id).map_err(|e| {
+                let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
+                cfg.diag(span, format!("source `{}`: hwaccel = \"cuda\": {e}", node.name))
+                    .with_help("use hwaccel = \"auto\" to fall back to software decoding, or run `infer-stream doctor`")
+            })?,
+            // A pipe cannot be reopened after a failed try: stdin decodes in software unless asked.
+            HwAccel::Auto if stdin => {
+                (VideoDecoder::open(&open_path, c.decoder_threads).map_err(open_err)?, Decode::Software(Some("stdin".into())))
+            }
+            HwAccel::Auto => match open_nvdec(&open_path, c.device_id) {
+                Ok(d) => d,
+                Err(why) => (VideoDecoder::open(&open_path, c.decoder_threads).map_err(open_err)?, Decode::Software(Some(why))),
+            },
+        };
+        match &decode {
+            Decode::Software(Some(why)) if !stdin => {
+                tracing::info!("source `{}`: software decode (hwaccel auto: {why})", node.name)
+            }
+            #[cfg(feature = "cuda")]
+            Decode::Nvdec(gpu, _) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
+            _ => {}
+        }
         let uri = c.uri.get_ref();
         let live = c.realtime
             || (is_url(uri) && ["rtsp", "rtsps", "rtmp", "udp", "srt", "rtp"].iter().any(|s| uri.starts_with(&format!("{s}://"))));
@@ -42,7 +93,7 @@ impl FileSource {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime })
+        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime, decode })
     }
 }
 
@@ -60,8 +111,14 @@ impl Source for FileSource {
 
     fn describe(&self) -> String {
         let i = &self.decoder.info;
+        let decode = match &self.decode {
+            Decode::Software(None) => "FFmpeg software".to_string(),
+            Decode::Software(Some(why)) => format!("FFmpeg software; no NVDEC: {why}"),
+            #[cfg(feature = "cuda")]
+            Decode::Nvdec(gpu, _) => format!("NVDEC on {}", gpu.name),
+        };
         format!(
-            "{} ({} {}x{}{}, decode: FFmpeg software{})",
+            "{} ({} {}x{}{}, decode: {decode}{})",
             if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }.display(),
             i.codec,
             i.width,
@@ -84,7 +141,12 @@ impl Source for FileSource {
                 Err(e) => return Err(e.to_string()),
             };
             let pts = decoded.timestamp().or(decoded.pts());
-            let image = match copy_to_image(decoded, &self.pool) {
+            let image = match &self.decode {
+                Decode::Software(_) => copy_to_image(decoded, &self.pool),
+                #[cfg(feature = "cuda")]
+                Decode::Nvdec(gpu, _) => crate::backend::nvdec::device_image(decoded, gpu),
+            };
+            let image = match image {
                 Ok(i) => i,
                 Err(e) => {
                     bad_frames += 1;
