@@ -19,6 +19,20 @@ pub mod config;
 pub mod doctor;
 pub mod frame;
 pub mod graph;
+#[cfg(feature = "cuda")]
+pub mod gpu_check;
 pub mod metrics;
 pub mod runtime;
 pub mod stages;
+
+/// Paths to bundled test data: under the source tree, or (for a test binary
+/// copied to another machine) under the current directory.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::PathBuf;
+
+    pub fn sample(name: &str) -> PathBuf {
+        let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples").join(name);
+        if built.exists() { built } else { PathBuf::from("samples").join(name) }
+    }
+}

@@ -120,6 +120,13 @@ enum Cmd {
         json: bool,
         #[arg(long, value_name = "PATH")]
         ort_library: Option<PathBuf>,
+        /// Also prove the GPU path on this video: NVDEC vs software decode, the
+        /// kernels vs their CPU twins, stream order, a soak; with figures. Exit 1 on any failure.
+        #[arg(long, value_name = "VIDEO")]
+        gpu_check: Option<PathBuf>,
+        /// Frames in the GPU check's soak.
+        #[arg(long, default_value_t = 1000, requires = "gpu_check")]
+        soak_frames: usize,
     },
     /// Print the pipeline graph.
     Graph {
@@ -190,14 +197,17 @@ pub fn main() -> ExitCode {
         Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
         Cmd::Inspect { model, json, ort_library } => inspect(&model, json, ort_library.as_deref()),
-        Cmd::Doctor { json, ort_library } => {
+        Cmd::Doctor { json, ort_library, gpu_check, soak_frames } => {
             let d = infer_stream::doctor::probe(ort_library.as_deref());
-            if json {
+            if json && gpu_check.is_none() {
                 println!("{}", serde_json::to_string_pretty(&d).expect("doctor report serialises"));
-            } else {
+            } else if !json {
                 print!("{}", d.render());
             }
-            Ok(exit::OK)
+            match gpu_check {
+                Some(video) => run_gpu_check(&video, soak_frames, json),
+                None => Ok(exit::OK),
+            }
         }
         Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
             let opts = BenchOptions {
@@ -216,6 +226,25 @@ pub fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(exit::RUNTIME)
         }
+    }
+}
+
+/// `doctor --gpu-check`: run the GPU self-check and print its figures.
+fn run_gpu_check(video: &Path, soak_frames: usize, json: bool) -> anyhow::Result<u8> {
+    #[cfg(feature = "cuda")]
+    {
+        println!("\nGPU check on {} ({soak_frames} soak frames):", video.display());
+        let r = infer_stream::gpu_check::run(video, soak_frames, 0).map_err(|e| anyhow::anyhow!("GPU check: {e}"))?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        }
+        println!("{r}");
+        Ok(if r.failures.is_empty() { exit::OK } else { exit::RUNTIME })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (video, soak_frames, json);
+        anyhow::bail!("GPU check: this build has no GPU support (built without the `cuda` feature)")
     }
 }
 

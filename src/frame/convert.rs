@@ -334,6 +334,19 @@ pub fn f32_to_f16(f: f32) -> u16 {
     (sign | h) as u16
 }
 
+/// IEEE half bits → f32 (exact).
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let mant = (h & 0x3ff) as f32;
+    match exp {
+        0 => sign * mant * 2f32.powi(-24),
+        0x1f if mant == 0.0 => sign * f32::INFINITY,
+        0x1f => f32::NAN,
+        _ => sign * (1.0 + mant / 1024.0) * 2f32.powi(exp - 15),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,6 +527,9 @@ mod tests {
             (1.0 + 3.0 / 2048.0, 0x3c02),
         ] {
             assert_eq!(f32_to_f16(f), h, "{f}");
+        }
+        for v in [0.5f32, -3.25, 1000.0, 6.103_515_6e-5] {
+            assert_eq!(f16_to_f32(f32_to_f16(v)), v);
         }
         assert_eq!(f32_to_f16(f32::NAN) & 0x7c00, 0x7c00);
         assert_ne!(f32_to_f16(f32::NAN) & 0x3ff, 0);
