@@ -227,6 +227,17 @@ fn tensorrt(rt: &OrtRuntime, model: &Path, spec: &ProviderSpec) -> Result<ep::Te
     Ok(t)
 }
 
+/// The pipeline's one CUDA stream for a GPU provider, so that inference is
+/// ordered after the preprocess kernels without a host wait (None without a GPU).
+fn shared_stream(spec: &ProviderSpec) -> Option<*mut ()> {
+    #[cfg(feature = "cuda")]
+    if matches!(spec.name, ProviderName::Cuda | ProviderName::Tensorrt) {
+        return crate::backend::cuda::Gpu::shared(spec.device_id as usize).ok().map(|g| g.cu_stream() as *mut ());
+    }
+    let _ = spec;
+    None
+}
+
 /// Open `model`, trying the providers in order. A provider that fails is
 /// reported with a warning (or is an error when marked required).
 pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Result<ModelSession, OrtError> {
@@ -234,9 +245,21 @@ pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Res
     for spec in &opts.providers {
         let attempt = (|| -> Result<Session, String> {
             let b = builder(rt, opts)?;
+            let stream = shared_stream(spec);
             let dispatch = match spec.name {
-                ProviderName::Tensorrt => tensorrt(rt, model, spec)?.build().error_on_failure(),
-                ProviderName::Cuda => ep::CUDA::default().with_device_id(spec.device_id).build().error_on_failure(),
+                ProviderName::Tensorrt => {
+                    let t = tensorrt(rt, model, spec)?;
+                    // SAFETY: the stream belongs to the device's primary context (the
+                    // one the provider uses) and lives as long as the process.
+                    let t = match stream { Some(s) => unsafe { t.with_compute_stream(s) }, None => t };
+                    t.build().error_on_failure()
+                }
+                ProviderName::Cuda => {
+                    let c = ep::CUDA::default().with_device_id(spec.device_id);
+                    // SAFETY: as above.
+                    let c = match stream { Some(s) => unsafe { c.with_compute_stream(s) }, None => c };
+                    c.build().error_on_failure()
+                }
                 // The CPU EP defaults to no memory arena in ort; the arena is ONNX Runtime's own default and much faster.
                 ProviderName::Cpu => ep::CPU::default().with_arena_allocator(true).build().error_on_failure(),
             };
@@ -341,4 +364,30 @@ mod tests {
         assert_ne!(key(&a, &o, "1.31.1"), key(&a, &o, "1.32.0"), "runtime version");
         assert!(key(&a, &o, "1.31.1").starts_with(root) && key(&a, &o, "1.31.1").to_string_lossy().ends_with("-ort1.31.1"));
     }
+}
+
+/// Run `f` with a tensor view of `buf` (device memory, f32, `shape`) that a
+/// CUDA or TensorRT session reads in place: no host copy. The view cannot
+/// outlive the borrow of `buf`.
+#[cfg(feature = "cuda")]
+pub fn with_device_tensor<R>(
+    buf: &crate::backend::cuda::DeviceBuf,
+    shape: &[usize],
+    device_id: i32,
+    f: impl FnOnce(ort::value::TensorRefMut<'_, f32>) -> R,
+) -> Result<R, String> {
+    use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+    let n: usize = shape.iter().product();
+    if n * 4 > buf.bytes {
+        return Err(format!("device tensor {shape:?} does not fit its {}-byte buffer", buf.bytes));
+    }
+    let info = MemoryInfo::new(AllocationDevice::CUDA, device_id, AllocatorType::Device, MemoryType::Default).map_err(|e| e.to_string())?;
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    // SAFETY: `buf` is a live device allocation of at least n * 4 bytes on
+    // `device_id` (checked above); the tensor only borrows it (ONNX Runtime
+    // does not free borrowed memory) and is dropped inside `f`, while `buf` is
+    // still borrowed by this call.
+    let t = unsafe { ort::value::TensorRefMut::<f32>::from_raw(info, buf.ptr as *mut std::ffi::c_void, ort::value::Shape::new(dims)) }
+        .map_err(|e| e.to_string())?;
+    Ok(f(t))
 }

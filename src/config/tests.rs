@@ -42,7 +42,7 @@ fn typo_in_a_key_is_located_with_a_suggestion() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert_eq!(
         e[0].0,
-        "p.toml:8:1: unknown field `hieght`, expected one of `width`, `height`, `resize`, `pad_value`, `color`, `mean`, `std`, `scale`, `layout`, `interpolation`"
+        "p.toml:8:1: unknown field `hieght`, expected one of `width`, `height`, `resize`, `pad_value`, `color`, `mean`, `std`, `scale`, `layout`, `interpolation`, `device`, `device_id`"
     );
     assert_eq!(e[0].1.as_deref(), Some("did you mean `height`?"));
 }

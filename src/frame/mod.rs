@@ -99,6 +99,23 @@ pub struct Tensor {
 pub struct ModelInput {
     pub tensor: Tensor,
     pub letterbox: Letterbox,
+    /// The tensor in device memory, for an inference stage on a GPU provider
+    /// (then `tensor.data` is empty and `tensor.shape` describes this buffer).
+    #[cfg(feature = "cuda")]
+    pub device: Option<crate::backend::cuda::DeviceBuf>,
+}
+
+impl ModelInput {
+    /// The tensor's values in host memory: a download when it lives on the device.
+    pub fn host_data(&self) -> Result<std::borrow::Cow<'_, [f32]>, String> {
+        #[cfg(feature = "cuda")]
+        if let Some(d) = &self.device {
+            let mut v = vec![0f32; self.tensor.shape.iter().product()];
+            d.gpu().download(d.ptr, &mut v).map_err(|e| e.to_string())?;
+            return Ok(std::borrow::Cow::Owned(v));
+        }
+        Ok(std::borrow::Cow::Borrowed(&self.tensor.data))
+    }
 }
 
 /// A model's outputs for one frame.

@@ -93,6 +93,8 @@ pub struct Crop {
     cfg: CropConfig,
     table: NormTable,
     scaler: Option<Scaler>,
+    /// Host copies of device (NVDEC) frames.
+    host: crate::frame::Pool<u8>,
     full: Vec<u8>,
     pool: Pool<f32>,
 }
@@ -104,6 +106,7 @@ impl Crop {
             table: NormTable::new(cfg.scale, cfg.mean, cfg.std, 0),
             cfg: cfg.clone(),
             scaler: None,
+            host: Pool::new(2),
             full: Vec::new(),
             pool: Pool::new(pool_size),
         }
@@ -183,6 +186,7 @@ impl Stage for Crop {
         let (shape, data) = if regions.is_empty() {
             (vec![0, 3, *self.cfg.height.get_ref() as usize, self.cfg.min_width as usize], self.pool.get(0))
         } else {
+            let img = crate::stages::on_host(&img, &self.host).map_err(StageError::Frame)?;
             if !self.scaler.as_ref().is_some_and(|s| s.fits(&img, img.width, img.height, fmt)) {
                 self.scaler = Some(
                     Scaler::new(&img, img.width, img.height, fmt, sws_flags(Interpolation::Bilinear))

@@ -113,6 +113,27 @@ impl Infer {
 
     fn run(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
         let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
+        self.run_input(input.into())
+    }
+
+    /// Run on a tensor in device memory: in place on a GPU provider (after the
+    /// kernels queued on the shared stream), else downloaded once.
+    #[cfg(feature = "cuda")]
+    fn run_device(&mut self, shape: &[usize], d: &crate::backend::cuda::DeviceBuf) -> Result<Vec<(String, Tensor)>, String> {
+        use crate::config::ProviderName;
+        if !matches!(self.m.provider, ProviderName::Cuda | ProviderName::Tensorrt) {
+            let mut host = vec![0f32; shape.iter().product()];
+            d.gpu().download(d.ptr, &mut host).map_err(|e| e.to_string())?;
+            return self.run(shape, &host);
+        }
+        // Ordered on the shared stream already; the wait covers a provider that
+        // could not take our stream (it then runs on its own).
+        d.gpu().sync().map_err(|e| e.to_string())?;
+        let device_id = d.gpu().ctx.ordinal() as i32;
+        crate::backend::ort::with_device_tensor(d, shape, device_id, |t| self.run_input(t.into()))?
+    }
+
+    fn run_input(&mut self, input: ort::session::SessionInputValue<'_>) -> Result<Vec<(String, Tensor)>, String> {
         let outputs = self.m.session.run(ort::inputs![self.input.as_str() => input]).map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(self.output_names.len());
         for (name, pool) in self.output_names.iter().zip(&self.pools) {
@@ -149,7 +170,13 @@ impl Infer {
         let mut stacked = std::mem::take(&mut self.stacked);
         stacked.clear();
         for t in &tensors {
-            stacked.extend_from_slice(&t.tensor.data);
+            match t.host_data() {
+                Ok(d) => stacked.extend_from_slice(&d),
+                Err(e) => {
+                    self.stacked = stacked;
+                    return Err(e);
+                }
+            }
         }
         let r = self.run(&shape, &stacked);
         self.stacked = stacked;
@@ -247,6 +274,14 @@ impl Stage for Infer {
             _ => unreachable!("matched above"),
         };
         // A frame without regions has nothing to run on.
+        #[cfg(feature = "cuda")]
+        if let Payload::Input(mi) = &*payload
+            && let Some(d) = &mi.device
+        {
+            let outputs = self.run_device(&mi.tensor.shape, d).map_err(StageError::Frame)?;
+            frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
+            return Ok(());
+        }
         let outputs =
             if tensor.shape.first() == Some(&0) { Vec::new() } else { self.run(&tensor.shape, &tensor.data).map_err(StageError::Frame)? };
         frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));

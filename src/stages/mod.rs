@@ -92,6 +92,21 @@ pub struct BuildOptions {
     pub max_frames: Option<u64>,
 }
 
+/// `img` in host memory: itself, or a download of a device image (NVDEC
+/// frames) for stages and sinks that work on the CPU. One copy per call.
+pub fn on_host(img: &Arc<crate::frame::Image>, pool: &crate::frame::Pool<u8>) -> Result<Arc<crate::frame::Image>, String> {
+    if img.host().is_some() {
+        return Ok(img.clone());
+    }
+    #[cfg(feature = "cuda")]
+    return crate::backend::nvdec::download_image(img, pool).map(Arc::new);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = pool;
+        Err("image is not in host memory".into())
+    }
+}
+
 /// Load ONNX Runtime as the config and options say.
 pub fn ort_runtime(cfg: &PipelineConfig, opts: &BuildOptions) -> Result<&'static OrtRuntime, Diagnostic> {
     let toml_lib = match &cfg.settings.ort_library {
@@ -215,7 +230,15 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
             NodeKind::Preprocess(c) => preprocess::Preprocess::new(name.clone(), c, pool_size)
-                .map(|p| Body::Stage(Box::new(p)) as Body)
+                .map(|mut p| {
+                    let gpu_consumers = !graph.consumers[i].is_empty()
+                        && graph.consumers[i].iter().all(|&n| {
+                            matches!(&cfg.nodes[n].kind, NodeKind::Infer(ic)
+                                if ic.providers.get_ref().first().is_some_and(|p| p.name != crate::config::ProviderName::Cpu))
+                        });
+                    p.keep_on_device(gpu_consumers);
+                    Body::Stage(Box::new(p)) as Body
+                })
                 .map_err(|e| {
                     let span = c.device.as_ref().map(|d| d.span()).unwrap_or(c.width.span());
                     cfg.diag(span, format!("stage `{name}`: device = \"cuda\": {e}"))

@@ -112,6 +112,9 @@ pub struct Preprocess {
     /// Host copies of device frames (`device = "cpu"`).
     #[cfg(feature = "cuda")]
     host_images: Pool<u8>,
+    /// Leave GPU-made tensors on the device (every consumer runs on a GPU provider).
+    #[cfg(feature = "cuda")]
+    keep_on_device: bool,
 }
 
 impl Preprocess {
@@ -140,7 +143,21 @@ impl Preprocess {
             gpu,
             #[cfg(feature = "cuda")]
             host_images: Pool::new(pool_size),
+            #[cfg(feature = "cuda")]
+            keep_on_device: false,
         })
+    }
+
+    /// Leave tensors made by the kernel in device memory (when every consumer
+    /// is an inference stage asking for a GPU provider; one that ends up on the
+    /// CPU downloads them itself).
+    pub fn keep_on_device(&mut self, yes: bool) {
+        #[cfg(feature = "cuda")]
+        {
+            self.keep_on_device = yes;
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = yes;
     }
 
     fn letterbox(&self, img: &Image) -> Letterbox {
@@ -168,10 +185,16 @@ impl Preprocess {
         let e = |e: crate::backend::cuda::GpuError| StageError::Frame(format!("GPU preprocess: {e}"));
         let out = d.gpu.alloc(k.out_len() * 4).map_err(e)?;
         d.gpu.preprocess([d.planes[0], d.planes[1], d.planes[2]], [d.pitches[0], d.pitches[1], d.pitches[2]], &k, out.ptr).map_err(e)?;
-        let mut data = self.pool.get(k.out_len());
-        d.gpu.download(out.ptr, &mut data).map_err(e)?;
         let letterbox = self.letterbox(img);
-        frame.attach(&self.name, Payload::Input(ModelInput { tensor: Tensor { shape: self.shape(), data }, letterbox }));
+        let input = if self.keep_on_device {
+            // The GPU inference stage reads it in place: nothing crosses to the host.
+            ModelInput { tensor: Tensor { shape: self.shape(), data: self.pool.get(0) }, letterbox, device: Some(out) }
+        } else {
+            let mut data = self.pool.get(k.out_len());
+            d.gpu.download(out.ptr, &mut data).map_err(e)?;
+            ModelInput { tensor: Tensor { shape: self.shape(), data }, letterbox, device: None }
+        };
+        frame.attach(&self.name, Payload::Input(input));
         Ok(())
     }
 
@@ -250,7 +273,15 @@ impl Preprocess {
         self.scaler.as_mut().expect("set above").run(img, &mut self.rgb).map_err(StageError::Frame)?;
         let mut data = self.pool.get(3 * w as usize * h as usize);
         normalize_into(&self.rgb, &lb, &self.table, self.cfg.layout, &mut data);
-        frame.attach(&self.name, Payload::Input(ModelInput { tensor: Tensor { shape: self.shape(), data }, letterbox: lb }));
+        frame.attach(
+            &self.name,
+            Payload::Input(ModelInput {
+                tensor: Tensor { shape: self.shape(), data },
+                letterbox: lb,
+                #[cfg(feature = "cuda")]
+                device: None,
+            }),
+        );
         Ok(())
     }
 }

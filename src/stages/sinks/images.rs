@@ -43,6 +43,8 @@ pub struct Images {
     folder: PathBuf,
     cfg: ImagesSinkConfig,
     scaler: Option<Scaler>,
+    /// Host copies of device (NVDEC) frames.
+    host: crate::frame::Pool<u8>,
     written: u64,
 }
 
@@ -54,7 +56,7 @@ impl Images {
         if c.every == 0 {
             return Err(cfg.diag(c.folder.span(), "`every` must be at least 1"));
         }
-        Ok(Images { folder, cfg: c.clone(), scaler: None, written: 0 })
+        Ok(Images { folder, cfg: c.clone(), scaler: None, written: 0, host: crate::frame::Pool::new(2) })
     }
 
     fn boxes(frame: &Frame) -> Vec<([f32; 4], Rgb<u8>)> {
@@ -93,6 +95,7 @@ impl Sink for Images {
         if self.cfg.only_with_results && boxes.is_empty() {
             return Ok(());
         }
+        let img = &crate::stages::on_host(img, &self.host).map_err(StageError::Frame)?;
         if !self.scaler.as_ref().is_some_and(|s| s.fits(img, img.width, img.height, Pixel::RGB24)) {
             self.scaler = Some(
                 Scaler::new(img, img.width, img.height, Pixel::RGB24, sws_flags(Interpolation::Bilinear))
