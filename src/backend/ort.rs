@@ -339,6 +339,32 @@ pub fn model_report(rt: &OrtRuntime, model: &Path) -> Result<ModelReport, OrtErr
     })
 }
 
+/// Run `f` with a tensor view of `buf` (device memory, f32, `shape`) that a
+/// CUDA or TensorRT session reads in place: no host copy. The view cannot
+/// outlive the borrow of `buf`.
+#[cfg(feature = "cuda")]
+pub fn with_device_tensor<R>(
+    buf: &crate::backend::cuda::DeviceBuf,
+    shape: &[usize],
+    device_id: i32,
+    f: impl FnOnce(ort::value::TensorRefMut<'_, f32>) -> R,
+) -> Result<R, String> {
+    use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+    let n: usize = shape.iter().product();
+    if n * 4 > buf.bytes {
+        return Err(format!("device tensor {shape:?} does not fit its {}-byte buffer", buf.bytes));
+    }
+    let info = MemoryInfo::new(AllocationDevice::CUDA, device_id, AllocatorType::Device, MemoryType::Default).map_err(|e| e.to_string())?;
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    // SAFETY: `buf` is a live device allocation of at least n * 4 bytes on
+    // `device_id` (checked above); the tensor only borrows it (ONNX Runtime
+    // does not free borrowed memory) and is dropped inside `f`, while `buf` is
+    // still borrowed by this call.
+    let t = unsafe { ort::value::TensorRefMut::<f32>::from_raw(info, buf.ptr as *mut std::ffi::c_void, ort::value::Shape::new(dims)) }
+        .map_err(|e| e.to_string())?;
+    Ok(f(t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,28 +392,3 @@ mod tests {
     }
 }
 
-/// Run `f` with a tensor view of `buf` (device memory, f32, `shape`) that a
-/// CUDA or TensorRT session reads in place: no host copy. The view cannot
-/// outlive the borrow of `buf`.
-#[cfg(feature = "cuda")]
-pub fn with_device_tensor<R>(
-    buf: &crate::backend::cuda::DeviceBuf,
-    shape: &[usize],
-    device_id: i32,
-    f: impl FnOnce(ort::value::TensorRefMut<'_, f32>) -> R,
-) -> Result<R, String> {
-    use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
-    let n: usize = shape.iter().product();
-    if n * 4 > buf.bytes {
-        return Err(format!("device tensor {shape:?} does not fit its {}-byte buffer", buf.bytes));
-    }
-    let info = MemoryInfo::new(AllocationDevice::CUDA, device_id, AllocatorType::Device, MemoryType::Default).map_err(|e| e.to_string())?;
-    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-    // SAFETY: `buf` is a live device allocation of at least n * 4 bytes on
-    // `device_id` (checked above); the tensor only borrows it (ONNX Runtime
-    // does not free borrowed memory) and is dropped inside `f`, while `buf` is
-    // still borrowed by this call.
-    let t = unsafe { ort::value::TensorRefMut::<f32>::from_raw(info, buf.ptr as *mut std::ffi::c_void, ort::value::Shape::new(dims)) }
-        .map_err(|e| e.to_string())?;
-    Ok(f(t))
-}

@@ -255,9 +255,9 @@ fn pixel(k: &KernelParams, pl: &HostPlanes<'_>, x: i32, y: i32) -> [f32; 3] {
             let yy = (yv - k.y_off) * k.y_mul;
             let cb = (u - 128.0) * k.c_mul;
             let cr = (v - 128.0) * k.c_mul;
-            r = (yy + k.k_rv * cr).max(0.0).min(255.0);
-            g = (yy - k.k_gu * cb - k.k_gv * cr).max(0.0).min(255.0);
-            b = (yy + k.k_bu * cb).max(0.0).min(255.0);
+            r = (yy + k.k_rv * cr).clamp(0.0, 255.0);
+            g = (yy - k.k_gu * cb - k.k_gv * cr).clamp(0.0, 255.0);
+            b = (yy + k.k_bu * cb).clamp(0.0, 255.0);
         }
     }
     let a0 = if k.bgr { b } else { r };
