@@ -443,6 +443,10 @@ fn run(
     quiet: bool,
 ) -> Result<u8> {
     let opts = BuildOptions { ort_library, ..Default::default() };
+    // Signals first: Ctrl-C while models load (a TensorRT engine build can take
+    // minutes) stops the run before any frame with the documented exit code.
+    let sd = Shutdown::new();
+    install_signals(sd.clone())?;
     let (cfg, graph) = match load_checked(path) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
@@ -470,8 +474,6 @@ fn run(
     for n in &pipeline.nodes {
         tracing::info!("  {} `{}` ({}): {}", n.role.noun(), n.name, n.kind, n.describe);
     }
-    let sd = Shutdown::new();
-    install_signals(sd.clone())?;
     let show = !quiet
         && match progress {
             Progress::Auto => std::io::stderr().is_terminal(),
