@@ -1,6 +1,7 @@
 //! What flows through a pipeline: a frame with its metadata, its decoded
 //! image and the results each stage attached.
 
+pub mod event;
 pub mod letterbox;
 pub mod pool;
 pub mod ticket;
@@ -8,6 +9,7 @@ pub mod ticket;
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use event::{Event, EventKind};
 pub use letterbox::Letterbox;
 pub use pool::{Pool, PoolBuf};
 pub use ticket::{Accounting, Counts, Ticket};

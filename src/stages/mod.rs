@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::backend::ort::{IoInfo, OrtRuntime};
 use crate::config::{Diagnostic, Diagnostics, NodeKind, PipelineConfig};
-use crate::frame::Frame;
+use crate::frame::{Event, Frame};
 use crate::graph::Graph;
 use crate::runtime::SourceCtx;
 
@@ -70,6 +70,10 @@ pub trait Stage: Send {
 /// Consumes frames; `finish` flushes and closes.
 pub trait Sink: Send {
     fn write(&mut self, frame: &Frame) -> Result<(), StageError>;
+    /// A stream event (camera lost, reconnected), in order with the frames. Default: ignored.
+    fn event(&mut self, _event: &Event) -> Result<(), String> {
+        Ok(())
+    }
     fn finish(&mut self) -> Result<(), String>;
     fn describe(&self) -> String;
 }
