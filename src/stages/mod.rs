@@ -218,6 +218,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
+            NodeKind::Rtsp(c) => {
+                sources::rtsp::RtspSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
+            }
             NodeKind::Preprocess(c) => Ok(Body::Stage(Box::new(preprocess::Preprocess::new(name, c, pool_size)))),
             NodeKind::Infer(c) => match rt {
                 Some(rt) => {
