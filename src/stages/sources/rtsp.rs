@@ -403,7 +403,9 @@ impl Source for RtspSource {
                 "end of stream".to_string()
             };
             let clean_end = !self.watch.fired.load(Ordering::Relaxed) && decoder.read_error().is_none();
+            let t = Instant::now();
             ctx.note_decode_errors(self.close());
+            tracing::debug!("source `{}`: input ended ({reason}), connection closed in {:?}", ctx.name, t.elapsed());
             if lost.is_none() || ctx.stopping() {
                 break Ok(());
             }
