@@ -14,6 +14,8 @@ PKGS=(
   # GStreamer (optional second decode backend)
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-libav
+  # a real RTSP camera for the RTSP tests (tests/support/rtsp_server.py, Debian's python3)
+  gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-ugly gstreamer1.0-rtsp gstreamer1.0-tools
   # sample generation (fonts for drawtext, speech/audio tools), scripting
   fonts-dejavu-core espeak-ng sox jq bc curl ca-certificates
   # a real Prometheus server for the metrics integration test

@@ -8,6 +8,7 @@ use ff::ffi;
 use ff::format::Pixel;
 use ffmpeg_next as ff;
 
+use crate::config::mask_credentials;
 use crate::frame::{ColorInfo, Image, Matrix, Pool, Storage};
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +63,8 @@ pub struct VideoDecoder {
     decoder: ff::decoder::Video,
     frame: ff::frame::Video,
     eof_sent: bool,
+    /// Why reading stopped, when it was not the end of the input.
+    read_error: Option<String>,
     /// Packets the decoder rejected (corrupt data); decoding goes on.
     pub corrupt_packets: u64,
     pub info: StreamInfo,
@@ -81,8 +84,31 @@ impl VideoDecoder {
 
     fn open_with(path: &Path, threads: usize, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
         init();
-        let p = path.to_string_lossy().into_owned();
+        // Messages name the input with any password masked.
+        let p = mask_credentials(&path.to_string_lossy()).into_owned();
         let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
+        Self::with_input(p, input, threads, hw)
+    }
+
+    /// Open a live URL with demuxer `options` (e.g. `rtsp_transport`, `timeout`)
+    /// and an interrupt callback FFmpeg polls while it connects and waits for
+    /// data: returning `true` aborts the blocked call (a hung camera, a stop).
+    pub fn open_live<F>(url: &str, threads: usize, options: &[(&str, String)], interrupt: F) -> Result<Self, FfmpegError>
+    where
+        F: FnMut() -> bool + Send + 'static,
+    {
+        init();
+        let p = mask_credentials(url).into_owned();
+        let mut dict = ff::Dictionary::new();
+        for (k, v) in options {
+            dict.set(k, v);
+        }
+        let input = ff::format::input_with_interrupt_and_dictionary(url, interrupt, dict)
+            .map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
+        Self::with_input(p, input, threads, None)
+    }
+
+    fn with_input(p: String, input: ff::format::context::Input, threads: usize, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
         let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
         let codec_id = stream.parameters().id();
@@ -126,6 +152,7 @@ impl VideoDecoder {
             decoder,
             frame: ff::frame::Video::empty(),
             eof_sent: false,
+            read_error: None,
             corrupt_packets: 0,
             info,
         })
@@ -152,6 +179,11 @@ impl VideoDecoder {
         }
     }
 
+    /// The read error that ended the input (`None`: it ended normally, or has not ended).
+    pub fn read_error(&self) -> Option<&str> {
+        self.read_error.as_deref()
+    }
+
     /// Send the next packet of our stream (or end of stream) to the decoder.
     fn feed(&mut self) {
         let mut packet = ff::Packet::empty();
@@ -167,7 +199,8 @@ impl VideoDecoder {
                 Ok(()) => continue,
                 Err(ff::Error::Eof) => break,
                 Err(e) => {
-                    tracing::warn!(path = %self.path, error = %e, "read error; treating as end of input");
+                    // The caller reports it (`read_error`): a file warns, a camera reconnects.
+                    self.read_error = Some(e.to_string());
                     break;
                 }
             }
@@ -519,7 +552,7 @@ impl AudioDecoder {
     /// Open the best audio stream of `path` (an audio file or a video's audio track), resampled to `rate` Hz mono.
     pub fn open(path: &Path, rate: u32) -> Result<Self, FfmpegError> {
         init();
-        let p = path.to_string_lossy().into_owned();
+        let p = mask_credentials(&path.to_string_lossy()).into_owned();
         let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
         let stream =
             input.streams().best(ff::media::Type::Audio).ok_or_else(|| FfmpegError::NoVideo { path: format!("{p} (no audio stream)") })?;

@@ -4,6 +4,8 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::mask_credentials;
+
 /// One error found in a pipeline file, with where it is and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
@@ -44,23 +46,26 @@ impl Diagnostic {
 
     /// `file:line:column: message`, the first line of the rendering.
     pub fn headline(&self) -> String {
-        format!("{}:{}:{}: {}", self.file.display(), self.line, self.column, self.message)
+        format!("{}:{}:{}: {}", self.file.display(), self.line, self.column, mask_credentials(&self.message))
     }
 }
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "error: {}", self.message)?;
+        // A password written in the file (or in a message quoting a URL) is never shown.
+        writeln!(f, "error: {}", mask_credentials(&self.message))?;
         writeln!(f, "  --> {}:{}:{}", self.file.display(), self.line, self.column)?;
         if let Some((text, len)) = &self.snippet {
             let num = self.line.to_string();
             let pad = " ".repeat(num.len());
+            let shown = mask_credentials(text);
+            let len = (*len).min((shown.chars().count() + 1).saturating_sub(self.column)).max(1);
             writeln!(f, "{pad} |")?;
-            writeln!(f, "{num} | {text}")?;
-            writeln!(f, "{pad} | {}{}", " ".repeat(self.column - 1), "^".repeat(*len))?;
+            writeln!(f, "{num} | {shown}")?;
+            writeln!(f, "{pad} | {}{}", " ".repeat(self.column - 1), "^".repeat(len))?;
         }
         if let Some(help) = &self.help {
-            writeln!(f, "  = help: {help}")?;
+            writeln!(f, "  = help: {}", mask_credentials(help))?;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use super::Role;
 #[derive(Debug, Clone)]
 pub enum NodeKind {
     File(FileSourceConfig),
+    Rtsp(RtspSourceConfig),
     Audio(AudioSourceConfig),
     TestSrc(TestSrcConfig),
     Vad(VadConfig),
@@ -33,6 +34,7 @@ impl NodeKind {
     pub fn name(&self) -> &'static str {
         match self {
             NodeKind::File(_) => "file",
+            NodeKind::Rtsp(_) => "rtsp",
             NodeKind::Audio(_) => "audio",
             NodeKind::TestSrc(_) => "testsrc",
             NodeKind::Vad(_) => "vad",
@@ -51,7 +53,7 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "audio", "testsrc"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "audio", "testsrc"];
 const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "null"];
 
@@ -66,6 +68,7 @@ pub fn kinds_for(role: Role) -> &'static [&'static str] {
 pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str, d: D) -> Result<NodeKind, D::Error> {
     Ok(match (role, kind) {
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
+        (Role::Source, "rtsp") => NodeKind::Rtsp(RtspSourceConfig::deserialize(d)?),
         (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
         (Role::Source, "testsrc") => NodeKind::TestSrc(TestSrcConfig::deserialize(d)?),
         (Role::Stage, "vad") => NodeKind::Vad(VadConfig::deserialize(d)?),
@@ -126,6 +129,73 @@ pub enum ComputeDevice {
     Auto,
     Cpu,
     Cuda,
+}
+
+/// How RTP packets travel from an RTSP camera.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RtspTransport {
+    /// Interleaved in the RTSP TCP connection: passes firewalls and NAT, no packet loss.
+    #[default]
+    Tcp,
+    /// Separate UDP ports: lower latency, lost packets show as damaged frames.
+    Udp,
+}
+
+impl RtspTransport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RtspTransport::Tcp => "tcp",
+            RtspTransport::Udp => "udp",
+        }
+    }
+}
+
+/// `kind = "rtsp"`: a live RTSP camera, decoded by FFmpeg, that survives the
+/// camera going away: a watchdog notices a stream that stopped (or a camera
+/// that hangs), and the source reconnects with exponential backoff.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RtspSourceConfig {
+    /// `rtsp://[user:password@]host[:port]/path` (`${VAR}` for credentials).
+    pub uri: Spanned<String>,
+    #[serde(default)]
+    pub transport: RtspTransport,
+    /// Longest wait for the camera to answer when connecting.
+    #[serde(default = "rtsp_connect_timeout")]
+    pub connect_timeout_ms: Spanned<u64>,
+    /// No frame for this long: the stream is lost (a hung camera included).
+    #[serde(default = "rtsp_watchdog")]
+    pub watchdog_ms: Spanned<u64>,
+    /// Reconnect after a loss (else the source ends).
+    #[serde(default = "yes")]
+    pub reconnect: bool,
+    /// First wait before reconnecting; doubles after each failed attempt…
+    #[serde(default = "rtsp_backoff_initial")]
+    pub backoff_initial_ms: Spanned<u64>,
+    /// …up to this (each wait is jittered down by up to a quarter).
+    #[serde(default = "rtsp_backoff_max")]
+    pub backoff_max_ms: Spanned<u64>,
+    /// Give up after this many failed attempts in a row (default: never).
+    pub max_retries: Option<u32>,
+    /// Decoder threads; 0 lets FFmpeg choose (default).
+    #[serde(default)]
+    pub decoder_threads: usize,
+    /// Stop after this many frames.
+    pub max_frames: Option<u64>,
+}
+
+fn rtsp_connect_timeout() -> Spanned<u64> {
+    Spanned::new(0..0, 5000)
+}
+fn rtsp_watchdog() -> Spanned<u64> {
+    Spanned::new(0..0, 5000)
+}
+fn rtsp_backoff_initial() -> Spanned<u64> {
+    Spanned::new(0..0, 500)
+}
+fn rtsp_backoff_max() -> Spanned<u64> {
+    Spanned::new(0..0, 30000)
 }
 
 /// `kind = "testsrc"`: synthetic video (a moving gradient and a moving square)

@@ -8,6 +8,7 @@
 
 pub mod diag;
 mod kinds;
+mod redact;
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -19,6 +20,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use kinds::*;
+pub use redact::{MASK, mask_credentials};
 
 /// Where a node sits in the graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -266,3 +266,47 @@ fn crop_orientation_must_name_a_classification_stage() {
         "{e:?}"
     );
 }
+
+const RTSP_SINK: &str = "[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n";
+
+#[test]
+fn rtsp_source_defaults_and_checks() {
+    let cfg = parse(Path::new("p.toml"), format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"rtsp://cam/x\"\n{RTSP_SINK}")).unwrap();
+    let NodeKind::Rtsp(r) = &cfg.nodes[0].kind else { panic!() };
+    assert_eq!(r.transport, RtspTransport::Tcp);
+    assert_eq!(
+        (*r.connect_timeout_ms.get_ref(), *r.watchdog_ms.get_ref(), *r.backoff_initial_ms.get_ref(), *r.backoff_max_ms.get_ref()),
+        (5000, 5000, 500, 30000)
+    );
+    assert!(r.reconnect && r.max_retries.is_none());
+    let src = format!(
+        "[sources.cam]\nkind = \"rtsp\"\nuri = \"http://u:pw@cam/x\"\ntransport = \"udp\"\nwatchdog_ms = 50\nbackoff_initial_ms = 1000\nbackoff_max_ms = 200\n{RTSP_SINK}"
+    );
+    assert_eq!(
+        headlines(&src),
+        [
+            "p.toml:3:7: rtsp `cam`: expected an rtsp:// or rtsps:// URL, got `http://u:***@cam/x`",
+            "p.toml:5:15: rtsp `cam`: `watchdog_ms` must be at least 100, got 50",
+            "p.toml:7:18: rtsp `cam`: `backoff_max_ms` (200) is below `backoff_initial_ms` (1000)",
+        ]
+    );
+    assert_eq!(
+        headlines(&format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"rtsp://cam\"\ntransport = \"quic\"\n{RTSP_SINK}")),
+        ["p.toml:4:13: unknown variant `quic`, expected `tcp` or `udp`"]
+    );
+}
+
+#[test]
+fn diagnostics_never_show_a_password() {
+    // The error quotes the file's line, which holds the password: both are masked.
+    let src = format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"rtsp://admin:hunter2@cam/x\"\nwatchdog_ms = 1\n{RTSP_SINK}");
+    let (cfg, _) = parse_lenient(Path::new("p.toml"), src.clone());
+    let d = Diagnostic::at(Path::new("p.toml"), &src, 42..56, "cannot open rtsp://admin:hunter2@cam/x: 401");
+    let text = d.to_string();
+    assert!(
+        !text.contains("hunter2") && text.contains("uri = \"rtsp://admin:***@cam/x\"") && text.contains("admin:***@cam/x: 401"),
+        "{text}"
+    );
+    let g = crate::graph::check(&cfg.unwrap()).unwrap_err().to_string();
+    assert!(!g.contains("hunter2") && g.contains("watchdog_ms"), "{g}");
+}

@@ -2,6 +2,7 @@
 //! image and the results each stage attached.
 
 pub mod convert;
+pub mod event;
 pub mod letterbox;
 pub mod pool;
 pub mod ticket;
@@ -9,6 +10,7 @@ pub mod ticket;
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use event::{Event, EventKind};
 pub use letterbox::Letterbox;
 pub use pool::{Pool, PoolBuf};
 pub use ticket::{Accounting, Counts, Ticket};

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url};
+use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url, mask_credentials};
 use crate::stages::ModelIo;
 
 /// What flows along an edge.
@@ -45,7 +45,7 @@ impl DataType {
 
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
-        NodeKind::File(_) => DataType::Video,
+        NodeKind::File(_) | NodeKind::Rtsp(_) => DataType::Video,
         NodeKind::Audio(_) => DataType::Audio,
         NodeKind::TestSrc(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
@@ -274,6 +274,13 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             if !(t.rate > 0.0 && t.rate <= 1000.0) {
                 diags.push(cfg.diag(node.kind_span.clone(), format!("testsrc `{}`: rate must be in (0, 1000], got {}", node.name, t.rate)));
             }
+        }
+    }
+
+    // RTSP cameras: an rtsp:// URL and workable timings.
+    for node in &cfg.nodes {
+        if let NodeKind::Rtsp(r) = &node.kind {
+            check_rtsp(cfg, &node.name, r, &mut diags);
         }
     }
 
@@ -656,6 +663,44 @@ mod model_tests {
         assert_eq!(
             check_with(vec![-1, 3, -1, -1], vec![-1, 2, -1, -1]),
             vec!["p.toml:14:8: text_detection `boxes` needs a probability map [N, 1, H, W], but `det` outputs `y` with shape [?, 2, ?, ?]"]
+        );
+    }
+}
+
+fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceConfig, diags: &mut Diagnostics) {
+    match cfg.expand(&r.uri) {
+        Ok(url) => {
+            let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+            if !matches!(scheme.as_deref(), Some("rtsp" | "rtsps")) {
+                diags.push(
+                    cfg.diag(r.uri.span(), format!("rtsp `{name}`: expected an rtsp:// or rtsps:// URL, got `{}`", mask_credentials(&url)))
+                        .with_help("files and other URLs are read by `kind = \"file\"`"),
+                );
+            }
+        }
+        Err(d) => diags.push(d),
+    }
+    for (key, v, min) in [
+        ("connect_timeout_ms", &r.connect_timeout_ms, 100),
+        ("watchdog_ms", &r.watchdog_ms, 100),
+        ("backoff_initial_ms", &r.backoff_initial_ms, 1),
+    ] {
+        if *v.get_ref() < min {
+            diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at least {min}, got {}", v.get_ref())));
+        }
+    }
+    if r.backoff_max_ms.get_ref() < r.backoff_initial_ms.get_ref() {
+        let v = if r.backoff_max_ms.span().is_empty() { &r.backoff_initial_ms } else { &r.backoff_max_ms };
+        diags.push(
+            cfg.diag(
+                v.span(),
+                format!(
+                    "rtsp `{name}`: `backoff_max_ms` ({}) is below `backoff_initial_ms` ({})",
+                    r.backoff_max_ms.get_ref(),
+                    r.backoff_initial_ms.get_ref()
+                ),
+            )
+            .with_help("the wait doubles from backoff_initial_ms up to backoff_max_ms"),
         );
     }
 }

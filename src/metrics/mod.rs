@@ -218,6 +218,25 @@ impl Collector for Metrics {
             "Corrupt packets and unusable frames a source skipped.",
             all().filter(|(_, s)| s.role == Role::Source).map(|(l, s)| (l, get(&s.decode_errors))),
         )?;
+        // Live sources (cameras): each source is one stream.
+        let sources = || all().filter(|(_, s)| s.role == Role::Source);
+        for (name, help, pick) in [
+            (
+                "infer_stream_stream_lost",
+                "Times a source's stream was lost (end, error, watchdog).",
+                (|s: &NodeStats| &s.losses) as fn(&NodeStats) -> &AtomicU64,
+            ),
+            ("infer_stream_stream_reconnects", "Times a source's stream came back after a loss.", |s: &NodeStats| &s.reconnects),
+        ] {
+            family(
+                &mut enc,
+                name,
+                help,
+                None,
+                MetricType::Counter,
+                sources().map(|(_, s)| ([("pipeline", p), ("stream", s.name.as_str())], ConstCounter::new(get(pick(s))))),
+            )?;
+        }
         family(
             &mut enc,
             "infer_stream_node_busy",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
-use crate::frame::{Accounting, Frame, Image};
+use crate::frame::{Accounting, Event, EventKind, Frame, Image};
 use crate::graph::Graph;
 use crate::stages::{Body, StageError};
 pub use report::RunReport;
@@ -66,11 +66,17 @@ impl Shutdown {
     }
 }
 
+/// What travels through a queue: a frame, or an event of a stream, in order.
+pub enum Msg {
+    Frame(Frame),
+    Event(Arc<Event>),
+}
+
 /// One queue into a consumer node, as seen by a producer.
 struct Edge {
-    tx: Sender<Frame>,
+    tx: Sender<Msg>,
     /// Kept to pop the oldest frame when full (`drop_oldest`).
-    rx: Receiver<Frame>,
+    rx: Receiver<Msg>,
     when_full: WhenFull,
     to: Arc<NodeStats>,
 }
@@ -78,48 +84,68 @@ struct Edge {
 impl Edge {
     /// Send one frame; `false` when the consumer is gone.
     fn send(&self, frame: Frame) -> bool {
+        let frame_of = |m: Msg| match m {
+            Msg::Frame(f) => f,
+            Msg::Event(_) => unreachable!("only frames are sent here"),
+        };
         match self.when_full {
-            WhenFull::Block => match self.tx.send(frame) {
+            WhenFull::Block => match self.tx.send(Msg::Frame(frame)) {
                 Ok(()) => self.queued(),
                 Err(e) => {
-                    e.0.ticket.dropped();
+                    frame_of(e.0).ticket.dropped();
                     false
                 }
             },
-            WhenFull::DropNewest => match self.tx.try_send(frame) {
+            WhenFull::DropNewest => match self.tx.try_send(Msg::Frame(frame)) {
                 Ok(()) => self.queued(),
                 Err(TrySendError::Full(f)) => {
+                    let f = frame_of(f);
                     f.ticket.dropped();
                     self.to.dropped.fetch_add(1, Ordering::Relaxed);
                     self.to.stream(&f.stream, StreamEvent::Dropped);
                     true
                 }
                 Err(TrySendError::Disconnected(f)) => {
-                    f.ticket.dropped();
+                    frame_of(f).ticket.dropped();
                     false
                 }
             },
             WhenFull::DropOldest => {
-                let mut frame = frame;
-                loop {
-                    match self.tx.try_send(frame) {
-                        Ok(()) => return self.queued(),
+                let mut msg = Msg::Frame(frame);
+                // Events are never dropped: one taken out to make room goes back in after the frame.
+                let mut events = Vec::new();
+                let open = loop {
+                    match self.tx.try_send(msg) {
+                        Ok(()) => break self.queued(),
                         Err(TrySendError::Full(f)) => {
-                            if let Ok(old) = self.rx.try_recv() {
-                                old.ticket.dropped();
-                                self.to.queued.fetch_sub(1, Ordering::Relaxed);
-                                self.to.dropped.fetch_add(1, Ordering::Relaxed);
+                            match self.rx.try_recv() {
+                                Ok(Msg::Frame(old)) => {
+                                    old.ticket.dropped();
+                                    self.to.queued.fetch_sub(1, Ordering::Relaxed);
+                                    self.to.dropped.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(Msg::Event(e)) => events.push(e),
+                                Err(_) => {}
                             }
-                            frame = f;
+                            msg = f;
                         }
                         Err(TrySendError::Disconnected(f)) => {
-                            f.ticket.dropped();
-                            return false;
+                            frame_of(f).ticket.dropped();
+                            break false;
                         }
                     }
+                };
+                for e in events {
+                    self.send_event(e);
                 }
+                open
             }
         }
+    }
+
+    /// Send an event, whatever the queue's policy (it waits for room); `false` when the consumer is gone.
+    fn send_event(&self, event: Arc<Event>) -> bool {
+        self.tx.send(Msg::Event(event)).is_ok()
     }
 
     /// A frame is in the queue (for the consumer's queue depth).
@@ -149,16 +175,25 @@ impl Outputs {
         }
         any | last.send(frame)
     }
+
+    /// Send an event to every consumer.
+    fn send_event(&self, event: Arc<Event>) {
+        for e in &self.edges {
+            e.send_event(event.clone());
+        }
+    }
 }
 
 /// What a source sees: the stop flag and a way to emit frames.
 pub struct SourceCtx<'a> {
     pub name: Arc<str>,
     pub index: u32,
-    shutdown: &'a Shutdown,
+    shutdown: &'a Arc<Shutdown>,
     acct: &'a Arc<Accounting>,
     stats: &'a NodeStats,
     emit: &'a mut dyn FnMut(Frame) -> bool,
+    /// Where stream events go (none: counted only).
+    events: Option<&'a dyn Fn(Arc<Event>)>,
     /// Start of the current busy stretch: waiting for room downstream is not busy time.
     busy_since: Instant,
     trace: Option<trace::TraceBuf>,
@@ -170,16 +205,48 @@ impl<'a> SourceCtx<'a> {
     pub fn new(
         name: Arc<str>,
         index: u32,
-        shutdown: &'a Shutdown,
+        shutdown: &'a Arc<Shutdown>,
         acct: &'a Arc<Accounting>,
         stats: &'a NodeStats,
         emit: &'a mut dyn FnMut(Frame) -> bool,
     ) -> Self {
-        SourceCtx { name, index, shutdown, acct, stats, emit, busy_since: Instant::now(), trace: None, last_emit: Instant::now() }
+        SourceCtx {
+            name,
+            index,
+            shutdown,
+            acct,
+            stats,
+            emit,
+            events: None,
+            busy_since: Instant::now(),
+            trace: None,
+            last_emit: Instant::now(),
+        }
+    }
+
+    /// Send this source's stream events to `events`.
+    pub fn with_events(mut self, events: &'a dyn Fn(Arc<Event>)) -> Self {
+        self.events = Some(events);
+        self
     }
 
     pub fn stopping(&self) -> bool {
         self.shutdown.stopping()
+    }
+
+    /// The pipeline's stop flag, for code that cannot borrow the context (an FFmpeg interrupt callback).
+    pub fn shutdown(&self) -> Arc<Shutdown> {
+        self.shutdown.clone()
+    }
+
+    /// Something happened to this stream (lost, reconnected): counted, and sent
+    /// downstream in order with the frames, to the sinks.
+    pub fn event(&mut self, kind: EventKind) {
+        self.stats.stream_event(&kind);
+        let event = Arc::new(Event::new(self.name.clone(), kind));
+        if let Some(send) = self.events {
+            send(event);
+        }
     }
 
     /// A new frame of this stream, with its accounting ticket.
@@ -244,8 +311,8 @@ pub type Tick<'a> = &'a mut dyn FnMut(&[Arc<NodeStats>], Duration);
 
 /// A consumer's queue: every producer of the node sends into it.
 struct Queue {
-    tx: Sender<Frame>,
-    rx: Receiver<Frame>,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
     when_full: WhenFull,
 }
 
@@ -366,7 +433,7 @@ impl Pipeline {
             })
             .collect();
         let providers: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.provider.clone()?))).collect();
-        let mut inputs: Vec<Option<Receiver<Frame>>> = queues.into_iter().map(|q| q.map(|q| q.rx)).collect();
+        let mut inputs: Vec<Option<Receiver<Msg>>> = queues.into_iter().map(|q| q.map(|q| q.rx)).collect();
         let source_errors = Arc::new(Mutex::new(Vec::new()));
 
         let mut handles = Vec::new();
@@ -422,7 +489,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 fn run_node(
     index: u32,
     node: Node,
-    rx: Option<Receiver<Frame>>,
+    rx: Option<Receiver<Msg>>,
     out: Outputs,
     st: Arc<NodeStats>,
     sd: Arc<Shutdown>,
@@ -434,7 +501,8 @@ fn run_node(
     match body {
         Body::Source(mut src) => {
             let mut emit = |f: Frame| out.send(f);
-            let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit);
+            let events = |e: Arc<Event>| out.send_event(e);
+            let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit).with_events(&events);
             ctx.trace = trace.take();
             let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
             ctx.finish();
@@ -456,16 +524,30 @@ fn run_node(
             let mut dead = false;
             let mut batch: Vec<Frame> = Vec::with_capacity(max);
             let mut open = true;
+            // An event that arrived while a batch was forming: passed on after the batch, keeping the order.
+            let mut event_after: Option<Arc<Event>> = None;
             while open {
+                if let Some(e) = event_after.take() {
+                    out.send_event(e);
+                }
                 // One frame, then (when batching) more until the batch is full or the oldest has waited `wait`.
                 match rx.recv() {
-                    Ok(f) => batch.push(f),
+                    Ok(Msg::Frame(f)) => batch.push(f),
+                    Ok(Msg::Event(e)) => {
+                        // Events pass through stages untouched.
+                        out.send_event(e);
+                        continue;
+                    }
                     Err(_) => break,
                 }
                 let deadline = Instant::now() + wait;
                 while batch.len() < max {
                     match rx.recv_deadline(deadline) {
-                        Ok(f) => batch.push(f),
+                        Ok(Msg::Frame(f)) => batch.push(f),
+                        Ok(Msg::Event(e)) => {
+                            event_after = Some(e);
+                            break;
+                        }
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
                         Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                             open = false;
@@ -533,11 +615,29 @@ fn run_node(
                     }
                 }
             }
+            if let Some(e) = event_after {
+                out.send_event(e);
+            }
         }
         Body::Sink(mut sink) => {
             let rx = rx.expect("sink has an input");
             let mut dead = false;
-            for frame in rx.iter() {
+            for msg in rx.iter() {
+                let frame = match msg {
+                    Msg::Frame(f) => f,
+                    Msg::Event(e) => {
+                        if !dead {
+                            match catch_unwind(AssertUnwindSafe(|| sink.event(&e))) {
+                                Ok(Ok(())) => {}
+                                Ok(Err(err)) => tracing::warn!("sink `{name}`: stream `{}` event {}: {err}", e.stream, e.name()),
+                                Err(p) => {
+                                    tracing::warn!("sink `{name}`: stream `{}` event {}: panic: {}", e.stream, e.name(), panic_message(p))
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                };
                 st.took(&frame, rx.len());
                 if dead {
                     frame.ticket.failed();

@@ -59,6 +59,10 @@ pub struct NodeReport {
     pub end_to_end_ms: Option<Latency>,
     /// Batches formed: (size, count), batching stages only.
     pub batch_sizes: Vec<(usize, u64)>,
+    /// Sources: times the stream was lost and reconnected, and the longest gap.
+    pub stream_lost: u64,
+    pub reconnects: u64,
+    pub longest_gap_ms: u64,
 }
 
 /// Everything a run reports.
@@ -113,6 +117,9 @@ impl RunReport {
                         .lock()
                         .map(|b| b.iter().enumerate().filter(|(_, c)| **c > 0).map(|(n, c)| (n, *c)).collect())
                         .unwrap_or_default(),
+                    stream_lost: s.losses.load(Ordering::Relaxed),
+                    reconnects: s.reconnects.load(Ordering::Relaxed),
+                    longest_gap_ms: s.longest_gap_ms.load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -180,6 +187,16 @@ impl RunReport {
             let frames: u64 = n.batch_sizes.iter().map(|(size, count)| *size as u64 * count).sum();
             let batches: u64 = n.batch_sizes.iter().map(|(_, c)| c).sum();
             let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
+        }
+        for n in self.nodes.iter().filter(|n| n.stream_lost > 0) {
+            let _ = writeln!(
+                s,
+                "{}: stream lost {}×, reconnected {}×{}",
+                n.name,
+                n.stream_lost,
+                n.reconnects,
+                if n.reconnects > 0 { format!(" (longest gap {:.1} s)", n.longest_gap_ms as f64 / 1e3) } else { String::new() }
+            );
         }
         for (node, provider) in &self.providers {
             let _ = writeln!(s, "{node}: execution provider {provider}");

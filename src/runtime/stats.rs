@@ -41,6 +41,10 @@ pub struct NodeStats {
     pub done: AtomicBool,
     /// The same counts split by stream (a few streams: a short list).
     pub streams: Mutex<StreamCounts>,
+    /// Sources: times the stream was lost, reconnected, and the longest gap (ms).
+    pub losses: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub longest_gap_ms: AtomicU64,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -66,6 +70,9 @@ impl NodeStats {
             dropped: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
+            losses: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            longest_gap_ms: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
             queued: AtomicU64::new(0),
@@ -126,6 +133,17 @@ impl NodeStats {
             }
         };
         v[i].1[event as usize] += 1;
+    }
+
+    /// A source's stream was lost or came back.
+    pub fn stream_event(&self, kind: &crate::frame::EventKind) {
+        match kind {
+            crate::frame::EventKind::Lost { .. } => self.losses.fetch_add(1, Ordering::Relaxed),
+            crate::frame::EventKind::Reconnected { gap_ms, .. } => {
+                self.longest_gap_ms.fetch_max(*gap_ms, Ordering::Relaxed);
+                self.reconnects.fetch_add(1, Ordering::Relaxed)
+            }
+        };
     }
 
     /// A snapshot of the per-stream counts.

@@ -242,3 +242,80 @@ fn live_stats_show_queue_depth_and_capacity_while_running() {
     assert_eq!(stats[2].queued.load(Ordering::Relaxed), 60);
     assert!(stats[0].busy_ns.load(Ordering::Relaxed) > 0, "the source's busy time is counted");
 }
+
+/// Emits frames with a lost/reconnected pair in the middle.
+struct Flapping(u64);
+
+impl Source for Flapping {
+    fn describe(&self) -> String {
+        "flapping".into()
+    }
+    fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
+        let mut c = Counter(self.0 / 2);
+        c.run(ctx)?;
+        ctx.event(EventKind::Lost { reason: "end of stream".into() });
+        ctx.event(EventKind::Reconnected { gap_ms: 7, attempts: 3 });
+        c.run(ctx)
+    }
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// Records frames (`f`) and events (their name), in arrival order.
+struct EventLog(Log, Duration);
+
+impl Sink for EventLog {
+    fn describe(&self) -> String {
+        "event log".into()
+    }
+    fn write(&mut self, _frame: &Frame) -> Result<(), StageError> {
+        std::thread::sleep(self.1);
+        self.0.lock().unwrap().push("f".into());
+        Ok(())
+    }
+    fn event(&mut self, event: &Event) -> Result<(), String> {
+        self.0.lock().unwrap().push(format!("{}:{}", event.stream, event.name()));
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn flapping(queue: &str, sink_delay: Duration) -> (RunReport, Vec<String>) {
+    let log = Log::default();
+    let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", queue);
+    let bodies = vec![
+        Body::Source(Box::new(Flapping(20))),
+        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO })),
+        Body::Sink(Box::new(EventLog(log.clone(), sink_delay))),
+    ];
+    let report = pipeline(&toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
+    let log = log.lock().unwrap().clone();
+    (report, log)
+}
+
+#[test]
+fn events_pass_through_stages_in_order_and_are_not_frames() {
+    let (r, log) = flapping("", Duration::ZERO);
+    let mut expected = vec!["f".to_string(); 10];
+    expected.extend(["cam:lost".to_string(), "cam:reconnected".to_string()]);
+    expected.extend(vec!["f".to_string(); 10]);
+    assert_eq!(log, expected);
+    assert_eq!((r.frames.decoded, r.frames.processed), (20, 20));
+    assert!(r.frames.balanced());
+    let src = &r.nodes[0];
+    assert_eq!((src.stream_lost, src.reconnects, src.longest_gap_ms), (1, 1, 7));
+    assert!(r.render().contains("cam: stream lost 1×, reconnected 1× (longest gap 0.0 s)"), "{}", r.render());
+}
+
+#[test]
+fn full_drop_oldest_queues_drop_frames_never_events() {
+    // A slow sink behind a one-frame queue: frames are dropped, both events arrive, accounting holds.
+    let (r, log) = flapping("queue = { capacity = 1, when_full = \"drop_oldest\" }", Duration::from_millis(5));
+    let events: Vec<&String> = log.iter().filter(|e| *e != "f").collect();
+    assert_eq!(events, ["cam:lost", "cam:reconnected"]);
+    assert!(r.frames.dropped > 0, "{:?}", r.frames);
+    assert_eq!(r.frames.processed as usize, log.len() - 2);
+    assert!(r.frames.balanced(), "{:?}", r.frames);
+}

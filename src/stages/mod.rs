@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::backend::ort::{IoInfo, OrtRuntime};
 use crate::config::{Diagnostic, Diagnostics, NodeKind, PipelineConfig};
-use crate::frame::Frame;
+use crate::frame::{Event, Frame};
 use crate::graph::Graph;
 use crate::runtime::SourceCtx;
 
@@ -70,6 +70,10 @@ pub trait Stage: Send {
 /// Consumes frames; `finish` flushes and closes.
 pub trait Sink: Send {
     fn write(&mut self, frame: &Frame) -> Result<(), StageError>;
+    /// A stream event (camera lost, reconnected), in order with the frames. Default: ignored.
+    fn event(&mut self, _event: &Event) -> Result<(), String> {
+        Ok(())
+    }
     fn finish(&mut self) -> Result<(), String>;
     fn describe(&self) -> String;
 }
@@ -228,6 +232,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             },
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
+            }
+            NodeKind::Rtsp(c) => {
+                sources::rtsp::RtspSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
             NodeKind::Preprocess(c) => preprocess::Preprocess::new(name.clone(), c, pool_size)
                 .map(|mut p| {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value, json};
 
 use crate::config::{Diagnostic, NdjsonSinkConfig, PipelineConfig};
-use crate::frame::Frame;
+use crate::frame::{Event, Frame};
 use crate::stages::{Sink, StageError};
 
 enum Out {
@@ -71,17 +71,9 @@ pub fn frame_json(frame: &Frame) -> Value {
     obj
 }
 
-impl Sink for NdjsonSink {
-    fn describe(&self) -> String {
-        match self.out {
-            Out::Stdout(_) => "NDJSON to stdout".into(),
-            Out::File(_) => format!("NDJSON to {}", self.path.display()),
-        }
-    }
-
-    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, &frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
+impl NdjsonSink {
+    /// Write `self.line` plus a newline with one write.
+    fn write_line(&mut self) -> Result<(), StageError> {
         self.line.push(b'\n');
         let r = match &mut self.out {
             Out::File(f) => f.write_all(&self.line),
@@ -93,6 +85,28 @@ impl Sink for NdjsonSink {
         r.map_err(|e| StageError::Fatal(format!("writing {}: {e}", self.path.display())))?;
         self.lines += 1;
         Ok(())
+    }
+}
+
+impl Sink for NdjsonSink {
+    fn describe(&self) -> String {
+        match self.out {
+            Out::Stdout(_) => "NDJSON to stdout".into(),
+            Out::File(_) => format!("NDJSON to {}", self.path.display()),
+        }
+    }
+
+    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
+        self.write_line()
+    }
+
+    /// `{"stream":"cam","event":"lost","reason":...,"at_ms":...}`, in order with the frame lines.
+    fn event(&mut self, event: &Event) -> Result<(), String> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &event.to_json()).map_err(|e| e.to_string())?;
+        self.write_line().map_err(|e| e.to_string())
     }
 
     fn finish(&mut self) -> Result<(), String> {

@@ -49,7 +49,13 @@ impl Source for AudioSource {
     }
 
     fn describe(&self) -> String {
-        format!("{} ({}; windows of {} samples every {})", self.path.display(), self.decoder.describe, self.window, self.hop)
+        format!(
+            "{} ({}; windows of {} samples every {})",
+            crate::config::mask_credentials(&self.path.to_string_lossy()),
+            self.decoder.describe,
+            self.window,
+            self.hop
+        )
     }
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url, mask_credentials};
 use crate::frame::Pool;
 use crate::runtime::SourceCtx;
 use crate::stages::Source;
@@ -119,7 +119,7 @@ impl Source for FileSource {
         };
         format!(
             "{} ({} {}x{}{}, decode: {decode}{})",
-            if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }.display(),
+            if self.path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&self.path.to_string_lossy()).into_owned() },
             i.codec,
             i.width,
             i.height,
@@ -150,7 +150,7 @@ impl Source for FileSource {
                 Ok(i) => i,
                 Err(e) => {
                     bad_frames += 1;
-                    tracing::warn!("{}: frame {seq}: {e}; skipped", self.path.display());
+                    tracing::warn!("{}: frame {seq}: {e}; skipped", mask_credentials(&self.path.to_string_lossy()));
                     continue;
                 }
             };
@@ -168,9 +168,15 @@ impl Source for FileSource {
                 break;
             }
         }
+        if let Some(e) = self.decoder.read_error() {
+            tracing::warn!("{}: read error: {e}; treated as the end of the input", mask_credentials(&self.path.to_string_lossy()));
+        }
         let corrupt = self.decoder.corrupt_packets;
         if corrupt > 0 || bad_frames > 0 {
-            tracing::warn!("{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped", self.path.display());
+            tracing::warn!(
+                "{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped",
+                mask_credentials(&self.path.to_string_lossy())
+            );
         }
         ctx.note_decode_errors(corrupt + bad_frames);
         Ok(())

@@ -1,0 +1,535 @@
+//! `kind = "rtsp"`: a live RTSP camera, decoded by FFmpeg, that survives the
+//! camera going away.
+//!
+//! FFmpeg polls an interrupt callback while it connects and while it waits for
+//! data; ours aborts the blocked call when the pipeline stops, when a connect
+//! takes longer than `connect_timeout_ms`, or when no frame has arrived for
+//! `watchdog_ms` (a camera that hangs keeps its socket open and sends nothing).
+//! A lost stream is reported as a `lost` event; the source then reconnects with
+//! exponential backoff and reports `reconnected` with the gap and the attempts.
+//! Frames are stamped in milliseconds since the source started, following the
+//! camera's clock within a connection and never going backwards.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
+use crate::config::{Diagnostic, NodeConfig, PipelineConfig, RtspSourceConfig, RtspTransport, mask_credentials};
+use crate::frame::{EventKind, Pool};
+use crate::runtime::{Shutdown, SourceCtx};
+use crate::stages::Source;
+
+/// A connection that delivered frames this long resets the backoff.
+pub const HEALTHY: Duration = Duration::from_secs(60);
+
+/// Waits between reconnection attempts: `initial` doubling after each failure
+/// up to `max`, each jittered down by up to a quarter so that cameras lost
+/// together do not all come back at the same instant.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    failures: u32,
+    rng: u64,
+}
+
+impl Backoff {
+    pub fn new(initial: Duration, max: Duration, seed: u64) -> Self {
+        Backoff { initial, max: max.max(initial), failures: 0, rng: seed | 1 }
+    }
+
+    /// The wait before the next attempt without jitter: initial × 2^failures, at most `max`.
+    pub fn base(&self) -> Duration {
+        let factor = 1u32.checked_shl(self.failures.min(31)).unwrap_or(u32::MAX);
+        self.initial.checked_mul(factor).unwrap_or(self.max).min(self.max)
+    }
+
+    /// The wait before the next attempt, in (¾ base, base]; the one after doubles.
+    pub fn next_delay(&mut self) -> Duration {
+        let base = self.base();
+        self.failures = self.failures.saturating_add(1);
+        base.mul_f64(1.0 - 0.25 * self.unit())
+    }
+
+    /// Start again from `initial`.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    /// The stream was lost after being up for `up`: a healthy connection resets the backoff.
+    pub fn lost_after(&mut self, up: Duration) {
+        if up >= HEALTHY {
+            self.reset();
+        }
+    }
+
+    /// Uniform in [0, 1) (xorshift64*: jitter needs no more).
+    fn unit(&mut self) -> f64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Shared with FFmpeg's interrupt callback: when the last sign of life was and
+/// how much silence is allowed now.
+#[derive(Debug)]
+struct Watch {
+    origin: Instant,
+    /// ms since `origin` of the last sign of life (a connect started, a frame arrived).
+    last: AtomicU64,
+    /// ms of silence allowed (the connect timeout while connecting, the watchdog while streaming).
+    limit: AtomicU64,
+    /// The limit was hit.
+    fired: AtomicBool,
+    /// Abort any blocked call at once (closing a lost connection).
+    closing: AtomicBool,
+    /// The pipeline's stop flag, once the source runs.
+    shutdown: OnceLock<Arc<Shutdown>>,
+}
+
+impl Watch {
+    fn new() -> Self {
+        Watch {
+            origin: Instant::now(),
+            last: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::MAX),
+            fired: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            shutdown: OnceLock::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    /// A sign of life.
+    fn touch(&self) {
+        self.last.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// From now on allow `limit` of silence.
+    fn arm(&self, limit: Duration) {
+        self.fired.store(false, Ordering::Relaxed);
+        self.touch();
+        self.limit.store(limit.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// FFmpeg's question: abort the blocked call?
+    fn interrupted(&self) -> bool {
+        if self.closing.load(Ordering::Relaxed) || self.shutdown.get().is_some_and(|s| s.stopping()) {
+            return true;
+        }
+        let silent = self.now_ms().saturating_sub(self.last.load(Ordering::Relaxed));
+        if silent > self.limit.load(Ordering::Relaxed) {
+            self.fired.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+/// Frame timestamps in ms since the source started: the camera's pts (any time
+/// base) within one connection, anchored to the wall clock at the connection's
+/// first frame and re-anchored when the two drift apart by more than
+/// `MAX_DRIFT_MS` (a camera clock jump, an RTCP resync); strictly increasing;
+/// a frame without pts gets the wall clock.
+#[derive(Debug)]
+struct Clock {
+    origin: Instant,
+    /// (camera ms, our ms) at the anchor.
+    anchor: Option<(i64, i64)>,
+    last: Option<i64>,
+}
+
+const MAX_DRIFT_MS: i64 = 2000;
+
+impl Clock {
+    fn new(origin: Instant) -> Self {
+        Clock { origin, anchor: None, last: None }
+    }
+
+    /// A new connection: its pts start anywhere.
+    fn new_connection(&mut self) {
+        self.anchor = None;
+    }
+
+    fn stamp(&mut self, pts: Option<i64>, time_base: (i32, i32), now: Instant) -> i64 {
+        let wall = now.saturating_duration_since(self.origin).as_millis() as i64;
+        let (num, den) = time_base;
+        let cam = pts
+            .filter(|_| den != 0)
+            .map(|p| (p as i128 * num as i128 * 1000 / den as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+        let t = match cam {
+            Some(c) => {
+                let (c0, w0) = *self.anchor.get_or_insert((c, wall));
+                let t = w0.saturating_add(c.saturating_sub(c0));
+                if (t - wall).abs() > MAX_DRIFT_MS {
+                    self.anchor = Some((c, wall));
+                    wall
+                } else {
+                    t
+                }
+            }
+            None => wall,
+        };
+        let t = match self.last {
+            Some(l) if t <= l => l + 1,
+            _ => t,
+        };
+        self.last = Some(t);
+        t
+    }
+}
+
+pub struct RtspSource {
+    /// The URL with its credentials: handed to FFmpeg, never printed.
+    url: String,
+    /// The URL as printed (password masked).
+    shown: String,
+    transport: RtspTransport,
+    connect_timeout: Duration,
+    watchdog: Duration,
+    reconnect: bool,
+    max_retries: Option<u32>,
+    backoff: Backoff,
+    threads: usize,
+    decoder: Option<VideoDecoder>,
+    watch: Arc<Watch>,
+    pool: Pool<u8>,
+    max_frames: Option<u64>,
+}
+
+impl RtspSource {
+    /// Connect now, so a wrong URL, a wrong password or an unreachable camera
+    /// is reported before anything runs.
+    pub fn build(
+        cfg: &PipelineConfig,
+        node: &NodeConfig,
+        c: &RtspSourceConfig,
+        index: u32,
+        pool_size: usize,
+        max_frames: Option<u64>,
+    ) -> Result<Self, Diagnostic> {
+        let url = cfg.expand(&c.uri)?;
+        let ms = |v: &toml::Spanned<u64>| Duration::from_millis(*v.get_ref());
+        // Each source (and each run) jitters differently.
+        let seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), (index, &node.name));
+        let mut src = RtspSource {
+            shown: mask_credentials(&url).into_owned(),
+            url,
+            transport: c.transport,
+            connect_timeout: ms(&c.connect_timeout_ms),
+            watchdog: ms(&c.watchdog_ms),
+            reconnect: c.reconnect,
+            max_retries: c.max_retries,
+            backoff: Backoff::new(ms(&c.backoff_initial_ms), ms(&c.backoff_max_ms), seed),
+            threads: c.decoder_threads,
+            decoder: None,
+            watch: Arc::new(Watch::new()),
+            pool: Pool::new(pool_size),
+            max_frames: match (c.max_frames, max_frames) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        };
+        let decoder = src.connect().map_err(|e| {
+            cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(format!(
+                "check the URL, the credentials and that the camera answers (ffprobe -rtsp_transport {} URL)",
+                c.transport.as_str()
+            ))
+        })?;
+        src.decoder = Some(decoder);
+        Ok(src)
+    }
+
+    /// One connection attempt, bounded by the connect timeout.
+    fn connect(&self) -> Result<VideoDecoder, String> {
+        self.watch.arm(self.connect_timeout);
+        // The socket timeout is a backstop behind our own limits, which fire first with a clearer reason.
+        let socket_us = (self.connect_timeout.max(self.watchdog) + Duration::from_secs(1)).as_micros();
+        let options = [
+            ("rtsp_transport", self.transport.as_str().to_string()),
+            ("timeout", socket_us.to_string()),
+            // The frame rate comes from the SDP; probing it from 20 frames would delay every (re)connect by over a second.
+            ("fpsprobesize", "0".to_string()),
+        ];
+        let watch = self.watch.clone();
+        let r = VideoDecoder::open_live(&self.url, self.threads, &options, move || watch.interrupted());
+        match r {
+            Ok(d) => Ok(d),
+            Err(_) if self.watch.fired.load(Ordering::Relaxed) => {
+                Err(format!("{}: no answer within {} ms (connect_timeout_ms)", self.shown, self.connect_timeout.as_millis()))
+            }
+            Err(e) => Err(mask_credentials(&e.to_string()).into_owned()),
+        }
+    }
+
+    /// Drop the connection without waiting on a camera that may hang.
+    fn close(&mut self) -> u64 {
+        self.watch.closing.store(true, Ordering::Relaxed);
+        let corrupt = self.decoder.take().map_or(0, |d| d.corrupt_packets);
+        self.watch.closing.store(false, Ordering::Relaxed);
+        corrupt
+    }
+
+    /// Wait `d`, or less if the pipeline stops; `false` when it stops.
+    fn pause(ctx: &SourceCtx<'_>, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        while !ctx.stopping() {
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(20)));
+        }
+        false
+    }
+
+    /// Reconnect after a loss; `Ok(None)` when the pipeline stopped meanwhile.
+    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant) -> Result<Option<(VideoDecoder, u32)>, String> {
+        let mut attempts = 0u32;
+        loop {
+            if !Self::pause(ctx, self.backoff.next_delay()) {
+                return Ok(None);
+            }
+            attempts += 1;
+            match self.connect() {
+                Ok(d) => return Ok(Some((d, attempts))),
+                Err(_) if ctx.stopping() => return Ok(None),
+                Err(e) => {
+                    if self.max_retries.is_some_and(|m| attempts >= m) {
+                        return Err(format!(
+                            "stream lost and not back after {attempts} reconnect attempt(s) over {:.1} s (max_retries = {}); last error: {e}",
+                            lost_at.elapsed().as_secs_f64(),
+                            attempts
+                        ));
+                    }
+                    if attempts.is_power_of_two() {
+                        tracing::warn!("source `{}`: reconnect attempt {attempts} failed: {e}; retrying", ctx.name);
+                    } else {
+                        tracing::debug!("source `{}`: reconnect attempt {attempts} failed: {e}", ctx.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Source for RtspSource {
+    fn expected_frames(&self) -> Option<u64> {
+        self.max_frames
+    }
+
+    fn is_live(&self) -> bool {
+        true
+    }
+
+    fn describe(&self) -> String {
+        let (codec, size, fps) = match &self.decoder {
+            Some(d) => {
+                let i = &d.info;
+                (i.codec.clone(), format!(" {}x{}", i.width, i.height), i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default())
+            }
+            None => ("?".into(), String::new(), String::new()),
+        };
+        let reconnect = if !self.reconnect {
+            "reconnect off".to_string()
+        } else {
+            format!(
+                "reconnect with backoff {} ms → {} ms, {}",
+                self.backoff.initial.as_millis(),
+                self.backoff.max.as_millis(),
+                self.max_retries.map_or("forever".to_string(), |m| format!("at most {m} attempt(s)"))
+            )
+        };
+        format!(
+            "{} over {} ({codec}{size}{fps}, decode: FFmpeg software; watchdog {} ms, {reconnect})",
+            self.shown,
+            self.transport.as_str(),
+            self.watchdog.as_millis()
+        )
+    }
+
+    fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
+        let _ = self.watch.shutdown.set(ctx.shutdown());
+        let mut clock = Clock::new(Instant::now());
+        let mut seq = 0u64;
+        let mut bad = 0u64;
+        let mut connected_at = Instant::now();
+        let result = 'streams: loop {
+            let Some(decoder) = self.decoder.as_mut() else { break Ok(()) };
+            let tb = decoder.info.time_base;
+            // Models may have loaded for a while since the connect: the watchdog counts from now.
+            self.watch.arm(self.watchdog);
+            let lost = loop {
+                if ctx.stopping() || self.max_frames.is_some_and(|m| seq >= m) {
+                    break None;
+                }
+                let frame = match decoder.next_frame() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break Some(()),
+                    Err(e) => {
+                        tracing::debug!("source `{}`: {e}", ctx.name);
+                        break Some(());
+                    }
+                };
+                self.watch.touch();
+                let pts = frame.timestamp().or(frame.pts());
+                let image = match copy_to_image(frame, &self.pool) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        bad += 1;
+                        tracing::warn!("source `{}`: frame {seq}: {e}; skipped", ctx.name);
+                        continue;
+                    }
+                };
+                let now = Instant::now();
+                let f = ctx.new_frame(seq, Some(clock.stamp(pts, tb, now)), (1, 1000), Some(Arc::new(image)));
+                seq += 1;
+                if !ctx.emit(f) {
+                    break None;
+                }
+            };
+            // Why the stream ended, before the connection (and its error) goes.
+            let reason = if self.watch.fired.load(Ordering::Relaxed) {
+                format!("no frame for {} ms (watchdog_ms)", self.watchdog.as_millis())
+            } else if let Some(e) = decoder.read_error() {
+                mask_credentials(e).into_owned()
+            } else {
+                "end of stream".to_string()
+            };
+            let clean_end = !self.watch.fired.load(Ordering::Relaxed) && decoder.read_error().is_none();
+            let t = Instant::now();
+            ctx.note_decode_errors(self.close());
+            tracing::debug!("source `{}`: input ended ({reason}), connection closed in {:?}", ctx.name, t.elapsed());
+            if lost.is_none() || ctx.stopping() {
+                break Ok(());
+            }
+            let lost_at = Instant::now();
+            self.backoff.lost_after(lost_at - connected_at);
+            ctx.event(EventKind::Lost { reason: reason.clone() });
+            if !self.reconnect {
+                tracing::warn!("source `{}`: stream lost: {reason} (reconnect is off)", ctx.name);
+                break if clean_end { Ok(()) } else { Err(format!("stream lost: {reason} (reconnect is off)")) };
+            }
+            tracing::warn!("source `{}`: stream lost: {reason}; reconnecting", ctx.name);
+            match self.reconnect(ctx, lost_at) {
+                Ok(Some((decoder, attempts))) => {
+                    let gap = lost_at.elapsed();
+                    tracing::info!(
+                        "source `{}`: reconnected to {} after {:.1} s ({attempts} attempt(s))",
+                        ctx.name,
+                        self.shown,
+                        gap.as_secs_f64()
+                    );
+                    self.decoder = Some(decoder);
+                    clock.new_connection();
+                    connected_at = Instant::now();
+                    ctx.event(EventKind::Reconnected { gap_ms: gap.as_millis() as u64, attempts });
+                    continue 'streams;
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        ctx.note_decode_errors(bad);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut b = Backoff::new(500 * MS, 30_000 * MS, 7);
+        let mut bases = Vec::new();
+        for _ in 0..10 {
+            bases.push(b.base().as_millis());
+            b.next_delay();
+        }
+        assert_eq!(bases, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000]);
+        // Far past the point where 2^n overflows: still the cap.
+        for _ in 0..100 {
+            b.next_delay();
+        }
+        assert_eq!(b.base(), 30_000 * MS);
+    }
+
+    #[test]
+    fn jitter_stays_within_a_quarter_below_the_base() {
+        let mut b = Backoff::new(400 * MS, 1600 * MS, 12345);
+        let mut seen = Vec::new();
+        for _ in 0..2000 {
+            let base = b.base();
+            let d = b.next_delay();
+            assert!(d <= base && d > base.mul_f64(0.75) - MS, "{d:?} vs base {base:?}");
+            seen.push(d.as_secs_f64() / base.as_secs_f64());
+            if b.base() == 1600 * MS {
+                b.reset();
+            }
+        }
+        // Jittered, not constant: the ratios spread over most of (0.75, 1].
+        let (lo, hi) = seen.iter().fold((1.0f64, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+        assert!(lo < 0.78 && hi > 0.97, "ratios {lo}..{hi}");
+    }
+
+    #[test]
+    fn different_seeds_jitter_differently() {
+        let mut a = Backoff::new(1000 * MS, 1000 * MS, 1);
+        let mut b = Backoff::new(1000 * MS, 1000 * MS, 2);
+        let (da, db): (Vec<_>, Vec<_>) = (0..8).map(|_| (a.next_delay(), b.next_delay())).unzip();
+        assert_ne!(da, db);
+    }
+
+    #[test]
+    fn backoff_resets_after_a_healthy_minute_only() {
+        let mut b = Backoff::new(500 * MS, 30_000 * MS, 3);
+        for _ in 0..4 {
+            b.next_delay();
+        }
+        assert_eq!(b.base(), 8000 * MS);
+        b.lost_after(Duration::from_secs(59));
+        assert_eq!(b.base(), 8000 * MS, "a short connection keeps the backoff");
+        b.lost_after(HEALTHY);
+        assert_eq!(b.base(), 500 * MS);
+        b.next_delay();
+        b.reset();
+        assert_eq!(b.base(), 500 * MS);
+    }
+
+    #[test]
+    fn cap_below_initial_is_the_initial() {
+        let b = Backoff::new(500 * MS, 100 * MS, 1);
+        assert_eq!(b.base(), 500 * MS);
+    }
+
+    #[test]
+    fn clock_follows_the_camera_and_never_goes_back() {
+        let t0 = Instant::now();
+        let mut c = Clock::new(t0);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // 90 kHz pts from an arbitrary start, frames every 66.7 ms.
+        assert_eq!(c.stamp(Some(900_000), (1, 90_000), at(10)), 10);
+        assert_eq!(c.stamp(Some(906_000), (1, 90_000), at(70)), 76);
+        // Missing pts: the wall clock.
+        assert_eq!(c.stamp(None, (1, 90_000), at(150)), 150);
+        // A pts going back within the connection: still increasing.
+        assert_eq!(c.stamp(Some(903_000), (1, 90_000), at(160)), 151);
+        // A new connection starting at pts 0, 5 s later: anchored at the wall clock.
+        c.new_connection();
+        assert_eq!(c.stamp(Some(0), (1, 90_000), at(5160)), 5160);
+        assert_eq!(c.stamp(Some(9000), (1, 90_000), at(5250)), 5260);
+        // A camera clock jump (RTCP resync): re-anchored at the wall clock.
+        assert_eq!(c.stamp(Some(9000 + 90_000 * 3600), (1, 90_000), at(5330)), 5330);
+        // A zero time base does not divide by zero.
+        assert_eq!(c.stamp(Some(5), (1, 0), at(5400)), 5400);
+    }
+}
