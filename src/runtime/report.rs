@@ -46,7 +46,10 @@ pub struct NodeReport {
     pub frames_out: u64,
     pub dropped: u64,
     pub failed: u64,
+    /// Sources: frames skipped for corrupt data.
     pub decode_errors: u64,
+    /// Sources: stretches of corrupt data (each resumed at a keyframe).
+    pub corrupt_bursts: u64,
     /// Frames out per second of wall time.
     pub fps: f64,
     /// Share of wall time spent working.
@@ -73,6 +76,8 @@ pub struct RunReport {
     pub source_errors: Vec<String>,
     /// (infer node, execution provider in use).
     pub providers: Vec<(String, String)>,
+    /// (source node, how it decodes).
+    pub decoders: Vec<(String, String)>,
     /// From the start of the run to the first frame written by a sink.
     pub first_result_ms: Option<f64>,
 }
@@ -102,6 +107,7 @@ impl RunReport {
                     dropped: s.dropped.load(Ordering::Relaxed),
                     failed: s.failed.load(Ordering::Relaxed),
                     decode_errors: s.decode_errors.load(Ordering::Relaxed),
+                    corrupt_bursts: s.corrupt_bursts.load(Ordering::Relaxed),
                     fps: out as f64 / secs,
                     busy: (s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9 / secs).min(1.0),
                     queue_capacity: s.capacity.load(Ordering::Relaxed),
@@ -125,6 +131,7 @@ impl RunReport {
             fatal,
             source_errors,
             providers: Vec::new(),
+            decoders: Vec::new(),
             first_result_ms: None,
         }
     }
@@ -180,6 +187,16 @@ impl RunReport {
             let frames: u64 = n.batch_sizes.iter().map(|(size, count)| *size as u64 * count).sum();
             let batches: u64 = n.batch_sizes.iter().map(|(_, c)| c).sum();
             let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
+        }
+        for (node, decode) in &self.decoders {
+            let _ = writeln!(s, "{node}: decode {decode}");
+        }
+        for n in self.nodes.iter().filter(|n| n.role == "source" && n.decode_errors > 0) {
+            let _ = writeln!(
+                s,
+                "{}: {} frame(s) skipped for corrupt data in {} stretch(es), each resumed at the next keyframe",
+                n.name, n.decode_errors, n.corrupt_bursts
+            );
         }
         for (node, provider) in &self.providers {
             let _ = writeln!(s, "{node}: execution provider {provider}");

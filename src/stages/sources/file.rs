@@ -4,13 +4,45 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, FileSourceConfig, NodeConfig, PipelineConfig, is_url};
+use crate::config::{Diagnostic, FileSourceConfig, Hwaccel, NodeConfig, PipelineConfig, is_url};
 use crate::frame::Pool;
 use crate::runtime::SourceCtx;
 use crate::stages::Source;
 
+/// Where a file source decodes, fixed when the stage is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeMode {
+    /// FFmpeg on the CPU into pooled host buffers.
+    Software,
+    /// NVDEC on a CUDA device (frames in device memory).
+    Cuda,
+}
+
+/// Whether this build has a device decoder to hand CUDA frames to. The GPU
+/// path (NVDEC into device memory) plugs in here; until it does, a CUDA device
+/// is reported but decoding stays in software.
+const DEVICE_DECODER: bool = false;
+
+/// Choose the decode path for `hwaccel` given whether a CUDA device opens
+/// (`Err`: why not). Returns the mode and the words for the log and summary.
+pub fn resolve_decode(hwaccel: Hwaccel, device: Result<(), String>) -> Result<(DecodeMode, String), String> {
+    match (hwaccel, device) {
+        (Hwaccel::None, _) => Ok((DecodeMode::Software, "software (hwaccel = \"none\")".into())),
+        (_, Ok(())) if DEVICE_DECODER => Ok((DecodeMode::Cuda, "NVDEC on the CUDA device".into())),
+        (Hwaccel::Auto, Ok(())) => {
+            Ok((DecodeMode::Software, "software (a CUDA device is present, but this build has no device decoder)".into()))
+        }
+        (Hwaccel::Auto, Err(why)) => Ok((DecodeMode::Software, format!("software ({why})"))),
+        (Hwaccel::Cuda, Ok(())) => Err("hwaccel = \"cuda\": this build has no device decoder (NVDEC)".into()),
+        (Hwaccel::Cuda, Err(why)) => Err(format!("hwaccel = \"cuda\", but {why}")),
+    }
+}
+
 pub struct FileSource {
     path: PathBuf,
+    /// Fixed at build time; only `Software` is decoded so far.
+    mode: DecodeMode,
+    decode: String,
     decoder: VideoDecoder,
     pool: Pool<u8>,
     max_frames: Option<u64>,
@@ -29,6 +61,16 @@ impl FileSource {
         max_frames: Option<u64>,
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
+        let hw = *c.hwaccel.get_ref();
+        let device = if hw == Hwaccel::None { Err(String::new()) } else { crate::backend::ffmpeg::cuda_decode_device() };
+        let (mode, decode) = resolve_decode(hw, device).map_err(|e| {
+            cfg.diag(c.hwaccel.span(), format!("source `{}`: {e}", node.name)).with_help(
+                "use hwaccel = \"auto\" to decode in software when there is no GPU (`infer-stream doctor` shows what this machine has)",
+            )
+        })?;
+        if hw == Hwaccel::Auto {
+            tracing::info!("source `{}`: decode {decode}", node.name);
+        }
         // `-`: a container stream piped in on stdin (FFmpeg probes its format).
         let open_path = if path.as_os_str() == "-" { PathBuf::from("pipe:0") } else { path.clone() };
         let decoder = VideoDecoder::open(&open_path, c.decoder_threads).map_err(|e| {
@@ -42,7 +84,7 @@ impl FileSource {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime })
+        Ok(FileSource { path, mode, decode, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime })
     }
 }
 
@@ -58,15 +100,21 @@ impl Source for FileSource {
         self.live
     }
 
+    fn decode(&self) -> Option<String> {
+        Some(self.decode.clone())
+    }
+
     fn describe(&self) -> String {
         let i = &self.decoder.info;
+        debug_assert_eq!(self.mode, DecodeMode::Software, "no device decoder yet");
         format!(
-            "{} ({} {}x{}{}, decode: FFmpeg software{})",
+            "{} ({} {}x{}{}, decode: {}{})",
             if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }.display(),
             i.codec,
             i.width,
             i.height,
             i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default(),
+            self.decode,
             if self.realtime { ", paced in real time" } else { "" }
         )
     }
@@ -78,6 +126,8 @@ impl Source for FileSource {
         // Realtime pacing: the first frame's pts and when it went out.
         let mut clock: Option<(i64, std::time::Instant)> = None;
         while !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m) {
+            // Live totals for metrics (the frame about to be decoded is counted next time round).
+            ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
             let decoded = match self.decoder.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -106,11 +156,24 @@ impl Source for FileSource {
                 break;
             }
         }
-        let corrupt = self.decoder.corrupt_packets;
-        if corrupt > 0 || bad_frames > 0 {
-            tracing::warn!("{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped", self.path.display());
-        }
-        ctx.note_decode_errors(corrupt + bad_frames);
+        // Bursts were logged as they ended; the totals go to the summary.
+        ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_mode_is_chosen_and_said() {
+        let none = || Err("no CUDA device".to_string());
+        assert_eq!(resolve_decode(Hwaccel::Auto, none()).unwrap(), (DecodeMode::Software, "software (no CUDA device)".into()));
+        assert_eq!(resolve_decode(Hwaccel::None, Ok(())).unwrap().0, DecodeMode::Software);
+        assert_eq!(resolve_decode(Hwaccel::Cuda, none()).unwrap_err(), "hwaccel = \"cuda\", but no CUDA device");
+        // A device without a device decoder in this build: auto says so, cuda refuses.
+        assert!(resolve_decode(Hwaccel::Auto, Ok(())).unwrap().1.contains("no device decoder"));
+        assert!(resolve_decode(Hwaccel::Cuda, Ok(())).is_err());
     }
 }
