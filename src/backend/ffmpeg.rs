@@ -405,7 +405,7 @@ impl Scaler {
                 src.strides.as_ptr(),
                 0,
                 src.height as i32,
-                (*raw).data.as_ptr() as *const *mut u8,
+                (*raw).data.as_ptr(),
                 (*raw).linesize.as_ptr(),
             )
         };
