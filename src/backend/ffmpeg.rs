@@ -65,9 +65,21 @@ pub struct VideoDecoder {
     eof_sent: bool,
     /// Why reading stopped, when it was not the end of the input.
     read_error: Option<String>,
-    /// Packets the decoder rejected (corrupt data); decoding goes on.
-    pub corrupt_packets: u64,
+    /// Frames lost to corrupt data: packets the decoder rejected, frames it
+    /// flagged as damaged, and the frames after them up to the next keyframe.
+    pub skipped_frames: u64,
+    /// Stretches of corrupt data, each ended by a keyframe (or the end of the stream).
+    pub corrupt_bursts: u64,
+    burst: Option<Burst>,
     pub info: StreamInfo,
+}
+
+/// A stretch of corrupt input being skipped.
+#[derive(Debug, Clone, Copy)]
+struct Burst {
+    /// Timestamp of the first damaged frame or packet, when known.
+    from: Option<i64>,
+    frames: u64,
 }
 
 impl VideoDecoder {
@@ -153,26 +165,48 @@ impl VideoDecoder {
             frame: ff::frame::Video::empty(),
             eof_sent: false,
             read_error: None,
-            corrupt_packets: 0,
+            skipped_frames: 0,
+            corrupt_bursts: 0,
+            burst: None,
             info,
         })
     }
 
-    /// The next decoded frame, or `None` at the end of the stream.
+    /// The next decoded frame, or `None` at the end of the stream. Corrupt data is
+    /// skipped up to the next keyframe (a damaged frame spoils the frames that
+    /// refer to it); each stretch is logged once, when it ends.
     pub fn next_frame(&mut self) -> Result<Option<&ff::frame::Video>, FfmpegError> {
         loop {
             match self.decoder.receive_frame(&mut self.frame) {
-                Ok(()) => return Ok(Some(&self.frame)),
-                Err(ff::Error::Eof) => return Ok(None),
+                Ok(()) => {
+                    let pts = self.frame.timestamp().or(self.frame.pts());
+                    if self.frame.is_corrupt() || self.frame.has_decode_errors() {
+                        self.damaged(pts);
+                        continue;
+                    }
+                    if self.burst.is_some() {
+                        if !self.frame.is_key() {
+                            self.damaged(pts);
+                            continue;
+                        }
+                        self.end_burst(pts);
+                    }
+                    return Ok(Some(&self.frame));
+                }
+                Err(ff::Error::Eof) => {
+                    self.end_burst(None);
+                    return Ok(None);
+                }
                 Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => {}
                 Err(e) => {
-                    // A frame the decoder could not rebuild: count it and go on.
-                    self.corrupt_packets += 1;
+                    // A frame the decoder could not rebuild.
                     tracing::debug!(path = %self.path, error = %e, "decode error");
+                    self.damaged(None);
                     continue;
                 }
             }
             if self.eof_sent {
+                self.end_burst(None);
                 return Ok(None);
             }
             self.feed();
@@ -184,6 +218,27 @@ impl VideoDecoder {
         self.read_error.as_deref()
     }
 
+    /// One frame lost to corrupt data (opens a burst if none is open).
+    fn damaged(&mut self, pts: Option<i64>) {
+        self.skipped_frames += 1;
+        let b = self.burst.get_or_insert(Burst { from: pts, frames: 0 });
+        b.frames += 1;
+        if b.from.is_none() {
+            b.from = pts;
+        }
+    }
+
+    /// A burst of corrupt data ends at a clean keyframe at `pts` (`None`: the end of the stream).
+    fn end_burst(&mut self, pts: Option<i64>) {
+        let Some(b) = self.burst.take() else { return };
+        self.corrupt_bursts += 1;
+        let (num, den) = self.info.time_base;
+        let secs = |p: i64| format!("{:.3} s", p as f64 * num as f64 / den.max(1) as f64);
+        let from = b.from.map(|p| format!(" from {}", secs(p))).unwrap_or_default();
+        let to = pts.map(|p| format!("resumed at the keyframe at {}", secs(p))).unwrap_or_else(|| "no keyframe before the end".into());
+        tracing::warn!("{}: corrupt data{from}: {} frame(s) skipped, {to}", self.path, b.frames);
+    }
+
     /// Send the next packet of our stream (or end of stream) to the decoder.
     fn feed(&mut self) {
         let mut packet = ff::Packet::empty();
@@ -191,8 +246,8 @@ impl VideoDecoder {
             match packet.read(&mut self.input) {
                 Ok(()) if packet.stream() == self.stream_index => {
                     if let Err(e) = self.decoder.send_packet(&packet) {
-                        self.corrupt_packets += 1;
                         tracing::debug!(path = %self.path, error = %e, "packet rejected");
+                        self.damaged(packet.pts());
                     }
                     return;
                 }
@@ -464,7 +519,16 @@ impl Scaler {
         unsafe {
             let src_table = ffi::sws_getCoefficients(cs);
             let dst_table = ffi::sws_getCoefficients(ffi::SWS_CS_DEFAULT);
-            ffi::sws_setColorspaceDetails(ctx, src_table, src.color.full_range as i32, dst_table, 1, 0, 1 << 16, 1 << 16);
+            ffi::sws_setColorspaceDetails(
+                ctx,
+                src_table,
+                src.color.full_range as i32,
+                dst_table,
+                dst_full_range(dst_fmt) as i32,
+                0,
+                1 << 16,
+                1 << 16,
+            );
         }
         Ok(Scaler { ctx, key: (src.width, src.height, src.format, src.color), dst: (dst_w, dst_h, dst_fmt) })
     }
@@ -494,6 +558,47 @@ impl Scaler {
         // was chosen); the destination holds dh rows of dw*3 bytes (checked above).
         let rows = unsafe {
             ffi::sws_scale(self.ctx, planes.as_ptr(), src.strides.as_ptr(), 0, src.height as i32, dst_planes.as_ptr(), dst_strides.as_ptr())
+        };
+        if rows != dh as i32 {
+            return Err(format!("swscale wrote {rows} rows, expected {dh}"));
+        }
+        Ok(())
+    }
+}
+
+/// RGB and grey outputs are full range; YUV outputs (for encoders) are limited-range BT.601.
+fn dst_full_range(fmt: Pixel) -> bool {
+    matches!(fmt, Pixel::RGB24 | Pixel::BGR24 | Pixel::RGBA | Pixel::BGRA | Pixel::GRAY8)
+}
+
+impl Scaler {
+    /// Convert `src` into `dst`, an FFmpeg frame of this scaler's output size and format.
+    pub fn run_into(&mut self, src: &Image, dst: &mut ff::frame::Video) -> Result<(), String> {
+        let host = src.host().ok_or("image is not in host memory")?;
+        let (dw, dh, fmt) = self.dst;
+        if (dst.width(), dst.height(), dst.format()) != (dw, dh, fmt) {
+            return Err(format!("destination frame is {}x{} {:?}, expected {dw}x{dh} {fmt:?}", dst.width(), dst.height(), dst.format()));
+        }
+        let mut planes = [std::ptr::null::<u8>(); 4];
+        for i in 0..4 {
+            if src.strides[i] != 0 {
+                planes[i] = host[src.offsets[i]..].as_ptr();
+            }
+        }
+        // SAFETY: `dst` is an allocated frame of the output size and format
+        // (checked above), so its data/linesize arrays describe writable planes;
+        // the source planes point into `host` as in `run`.
+        let rows = unsafe {
+            let raw = dst.as_mut_ptr();
+            ffi::sws_scale(
+                self.ctx,
+                planes.as_ptr(),
+                src.strides.as_ptr(),
+                0,
+                src.height as i32,
+                (*raw).data.as_ptr(),
+                (*raw).linesize.as_ptr(),
+            )
         };
         if rows != dh as i32 {
             return Err(format!("swscale wrote {rows} rows, expected {dh}"));
@@ -665,5 +770,265 @@ impl AudioDecoder {
                 }
             }
         }
+    }
+}
+
+/// Whether `name` is a video encoder this FFmpeg has (`auto` always is).
+pub fn check_video_encoder(name: &str) -> Result<(), String> {
+    init();
+    if name == "auto" {
+        return Ok(());
+    }
+    match ff::codec::encoder::find_by_name(name) {
+        None => Err(format!("unknown video encoder `{name}`")),
+        Some(c) if !c.is_video() => Err(format!("`{name}` is not a video encoder")),
+        Some(_) => Ok(()),
+    }
+}
+
+/// What an encoder is asked for.
+#[derive(Debug, Clone)]
+pub struct EncoderSettings {
+    /// An FFmpeg encoder name, or `auto`.
+    pub codec: String,
+    pub preset: Option<String>,
+    pub crf: Option<u32>,
+}
+
+/// The encoder chosen for some settings, with the options it is opened with.
+#[derive(Debug, Clone)]
+pub struct ChosenEncoder {
+    pub name: String,
+    pub options: Vec<(String, String)>,
+    /// Why `auto` chose it.
+    pub note: Option<String>,
+}
+
+fn encoder_options(name: &str, s: &EncoderSettings) -> Vec<(String, String)> {
+    let mut o = Vec::new();
+    match name {
+        "libx264" | "libx264rgb" | "libx265" => {
+            o.push(("preset".into(), s.preset.clone().unwrap_or_else(|| "veryfast".into())));
+            o.push(("crf".into(), s.crf.unwrap_or(23).to_string()));
+        }
+        n if n.ends_with("_nvenc") => {
+            o.push(("preset".into(), s.preset.clone().unwrap_or_else(|| "p4".into())));
+            o.push(("rc".into(), "vbr".into()));
+            o.push(("cq".into(), s.crf.unwrap_or(23).to_string()));
+        }
+        _ => {
+            if let Some(p) = &s.preset {
+                o.push(("preset".into(), p.clone()));
+            }
+            if let Some(c) = s.crf {
+                o.push(("crf".into(), c.to_string()));
+            }
+        }
+    }
+    o
+}
+
+fn dictionary(options: &[(String, String)]) -> ff::Dictionary<'static> {
+    let mut d = ff::Dictionary::new();
+    for (k, v) in options {
+        d.set(k, v);
+    }
+    d
+}
+
+/// Open the encoder `name` for `w`x`h` YUV 4:2:0 at time base `tb`.
+fn open_encoder(
+    name: &str,
+    options: &[(String, String)],
+    w: u32,
+    h: u32,
+    tb: ff::Rational,
+    global_header: bool,
+) -> Result<ff::encoder::Video, String> {
+    let codec = ff::codec::encoder::find_by_name(name).ok_or_else(|| format!("unknown video encoder `{name}`"))?;
+    let mut enc = ff::codec::context::Context::new_with_codec(codec).encoder().video().map_err(|e| format!("{name}: {e}"))?;
+    enc.set_width(w);
+    enc.set_height(h);
+    enc.set_format(Pixel::YUV420P);
+    enc.set_time_base(tb);
+    enc.set_colorspace(ff::color::Space::SMPTE170M);
+    enc.set_color_range(ff::color::Range::MPEG);
+    if global_header {
+        enc.set_flags(ff::codec::Flags::GLOBAL_HEADER);
+    }
+    let r = enc.open_as_with(codec, dictionary(options));
+    r.map_err(|e| {
+        let opts: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("cannot open encoder `{name}` ({}): {e}", opts.join(", "))
+    })
+}
+
+/// Choose and check the encoder: `auto` takes h264_nvenc when it opens here, else
+/// libx264; any encoder is opened once on a small picture so bad options fail now.
+pub fn choose_encoder(s: &EncoderSettings) -> Result<ChosenEncoder, String> {
+    init();
+    let probe = |name: &str| {
+        let options = encoder_options(name, s);
+        // SAFETY: plain reads and writes of FFmpeg's log level. This runs while the
+        // pipeline is built, before any decoder thread: an encoder that cannot open
+        // (NVENC without a GPU) is reported by us, not by FFmpeg's own log.
+        let level = unsafe { ffi::av_log_get_level() };
+        // SAFETY: as above.
+        unsafe { ffi::av_log_set_level(ffi::AV_LOG_QUIET) };
+        let r = open_encoder(name, &options, 256, 144, ff::Rational::new(1, 25), false).map(|_| options);
+        // SAFETY: restores the level read above.
+        unsafe { ffi::av_log_set_level(level) };
+        r
+    };
+    if s.codec == "auto" {
+        let nvenc = match ff::codec::encoder::find_by_name("h264_nvenc") {
+            None => Err("this FFmpeg has no h264_nvenc".to_string()),
+            Some(_) => probe("h264_nvenc"),
+        };
+        return match nvenc {
+            Ok(options) => Ok(ChosenEncoder { name: "h264_nvenc".into(), options, note: Some("NVENC opened on the GPU".into()) }),
+            Err(e) => {
+                let options = probe("libx264")?;
+                Ok(ChosenEncoder {
+                    name: "libx264".into(),
+                    options,
+                    note: Some(format!("h264_nvenc unusable here ({e}); encoding on the CPU")),
+                })
+            }
+        };
+    }
+    let options = probe(&s.codec)?;
+    Ok(ChosenEncoder { name: s.codec.clone(), options, note: None })
+}
+
+/// An encoder + muxer writing one video stream to a file or stdout.
+pub struct VideoEncoder {
+    target: String,
+    octx: ff::format::context::Output,
+    encoder: ff::encoder::Video,
+    enc_tb: ff::Rational,
+    ost_tb: ff::Rational,
+    pub width: u32,
+    pub height: u32,
+    /// The last frame, held back until the next one tells its duration.
+    pending: Option<ff::frame::Video>,
+    last_pts: Option<i64>,
+    last_duration: i64,
+    /// Frame durations by pts, for the packets that come out of the encoder.
+    durations: std::collections::HashMap<i64, i64>,
+    /// Frames handed to the encoder.
+    pub frames: u64,
+    finished: bool,
+}
+
+// SAFETY: the FFmpeg contexts inside have no thread affinity; the encoder is
+// owned and used by one sink thread at a time (&mut self).
+unsafe impl Send for VideoEncoder {}
+
+impl VideoEncoder {
+    /// Create `target` (a path, or `pipe:1` for stdout) in container `muxer` with
+    /// one `w`x`h` stream in time base `tb` (the source's), and write its header.
+    pub fn create(
+        target: &str,
+        muxer: &str,
+        muxer_options: &[(String, String)],
+        encoder: &ChosenEncoder,
+        w: u32,
+        h: u32,
+        tb: (i32, i32),
+    ) -> Result<Self, String> {
+        init();
+        let mut octx = ff::format::output_as(&target, muxer).map_err(|e| format!("cannot create {target}: {e}"))?;
+        let global_header = octx.format().flags().contains(ff::format::Flags::GLOBAL_HEADER);
+        let enc_tb = ff::Rational::new(tb.0.max(1), tb.1.max(1));
+        let enc = open_encoder(&encoder.name, &encoder.options, w, h, enc_tb, global_header)?;
+        let codec = ff::codec::encoder::find_by_name(&encoder.name);
+        let mut ost = octx.add_stream(codec).map_err(|e| format!("{target}: cannot add a stream: {e}"))?;
+        ost.set_parameters(&enc);
+        ost.set_time_base(enc_tb);
+        octx.write_header_with(dictionary(muxer_options)).map_err(|e| format!("{target}: cannot write the header: {e}"))?;
+        let ost_tb = octx.stream(0).map(|s| s.time_base()).unwrap_or(enc_tb);
+        Ok(VideoEncoder {
+            target: target.to_string(),
+            octx,
+            encoder: enc,
+            enc_tb,
+            ost_tb,
+            width: w,
+            height: h,
+            pending: None,
+            last_pts: None,
+            last_duration: 1,
+            durations: Default::default(),
+            frames: 0,
+            finished: false,
+        })
+    }
+
+    /// An empty picture of the encoder's size and format to fill.
+    pub fn picture(&self) -> ff::frame::Video {
+        ff::frame::Video::new(Pixel::YUV420P, self.width, self.height)
+    }
+
+    /// Encode `picture` shown at `pts` (source time base). Timestamps must rise;
+    /// a missing or repeated one follows the previous frame by its duration.
+    pub fn push(&mut self, mut picture: ff::frame::Video, pts: Option<i64>) -> Result<(), String> {
+        let pts = match (pts, self.last_pts) {
+            (Some(p), Some(last)) if p > last => p,
+            (Some(p), None) => p,
+            (_, Some(last)) => last + self.last_duration.max(1),
+            (None, None) => 0,
+        };
+        if let Some(last) = self.last_pts {
+            self.last_duration = pts - last;
+        }
+        self.last_pts = Some(pts);
+        picture.set_pts(Some(pts));
+        if let Some(prev) = self.pending.replace(picture) {
+            self.send(prev, self.last_duration)?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, picture: ff::frame::Video, duration: i64) -> Result<(), String> {
+        if let Some(p) = picture.pts() {
+            self.durations.insert(p, duration);
+        }
+        self.encoder.send_frame(&picture).map_err(|e| format!("{}: encoding: {e}", self.target))?;
+        self.frames += 1;
+        self.drain()
+    }
+
+    /// Write every packet the encoder has ready.
+    fn drain(&mut self) -> Result<(), String> {
+        let mut packet = ff::Packet::empty();
+        loop {
+            match self.encoder.receive_packet(&mut packet) {
+                Ok(()) => {
+                    packet.set_stream(0);
+                    if let Some(d) = packet.pts().and_then(|p| self.durations.remove(&p)) {
+                        packet.set_duration(d);
+                    }
+                    packet.rescale_ts(self.enc_tb, self.ost_tb);
+                    packet.write_interleaved(&mut self.octx).map_err(|e| format!("{}: writing: {e}", self.target))?;
+                }
+                Err(ff::Error::Eof) => return Ok(()),
+                Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => return Ok(()),
+                Err(e) => return Err(format!("{}: encoding: {e}", self.target)),
+            }
+        }
+    }
+
+    /// Flush the encoder and write the trailer: the file is complete and playable.
+    pub fn finish(&mut self) -> Result<(), String> {
+        if std::mem::replace(&mut self.finished, true) {
+            return Ok(());
+        }
+        if let Some(last) = self.pending.take() {
+            self.send(last, self.last_duration.max(1))?;
+        }
+        self.encoder.send_eof().map_err(|e| format!("{}: flushing the encoder: {e}", self.target))?;
+        self.drain()?;
+        self.octx.write_trailer().map_err(|e| format!("{}: writing the trailer: {e}", self.target))
     }
 }

@@ -27,6 +27,8 @@ pub enum NodeKind {
     Ndjson(NdjsonSinkConfig),
     Subtitles(SubtitlesSinkConfig),
     Images(ImagesSinkConfig),
+    Video(VideoSinkConfig),
+    AudioLevel(AudioLevelConfig),
     Null(NullSinkConfig),
 }
 
@@ -48,14 +50,17 @@ impl NodeKind {
             NodeKind::Ndjson(_) => "ndjson",
             NodeKind::Subtitles(_) => "subtitles",
             NodeKind::Images(_) => "images",
+            NodeKind::Video(_) => "video",
+            NodeKind::AudioLevel(_) => "audio_level",
             NodeKind::Null(_) => "null",
         }
     }
 }
 
 const SOURCE_KINDS: &[&str] = &["file", "rtsp", "audio", "testsrc"];
-const STAGE_KINDS: &[&str] = &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad"];
-const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "null"];
+const STAGE_KINDS: &[&str] =
+    &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level"];
+const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
     match role {
@@ -83,6 +88,8 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Sink, "null") => NodeKind::Null(NullSinkConfig::deserialize(d)?),
         (Role::Sink, "subtitles") => NodeKind::Subtitles(SubtitlesSinkConfig::deserialize(d)?),
         (Role::Sink, "images") => NodeKind::Images(ImagesSinkConfig::deserialize(d)?),
+        (Role::Sink, "video") => NodeKind::Video(VideoSinkConfig::deserialize(d)?),
+        (Role::Stage, "audio_level") => NodeKind::AudioLevel(AudioLevelConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -782,6 +789,87 @@ fn one_u64() -> u64 {
 }
 fn yes_images() -> bool {
     true
+}
+
+/// Container of a `video` sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VideoContainer {
+    Mp4,
+    Matroska,
+    Mpegts,
+}
+
+impl VideoContainer {
+    /// FFmpeg's muxer name.
+    pub fn muxer(self) -> &'static str {
+        match self {
+            VideoContainer::Mp4 => "mp4",
+            VideoContainer::Matroska => "matroska",
+            VideoContainer::Mpegts => "mpegts",
+        }
+    }
+
+    /// From a file name's extension.
+    pub fn from_path(path: &str) -> Option<Self> {
+        let ext = std::path::Path::new(path).extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "mp4" | "m4v" | "mov" => Some(VideoContainer::Mp4),
+            "mkv" => Some(VideoContainer::Matroska),
+            "ts" | "m2ts" => Some(VideoContainer::Mpegts),
+            _ => None,
+        }
+    }
+}
+
+/// `kind = "video"`: encoded video (H.264 by default) of the frames, plain or
+/// with the results drawn on them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VideoSinkConfig {
+    /// `.mp4`, `.mkv` or `.ts` file (`{stream}` is replaced by the stream name), or `-` for stdout.
+    pub path: Spanned<String>,
+    /// Container (default: from the extension; required for stdout: `mpegts` or `matroska`).
+    pub format: Option<Spanned<VideoContainer>>,
+    /// An FFmpeg video encoder (`libx264`, `h264_nvenc`, ...) or `auto` (NVENC when it opens, else libx264).
+    #[serde(default = "video_codec")]
+    pub codec: Spanned<String>,
+    /// Encoder preset (libx264 default `veryfast`, NVENC `p4`).
+    pub preset: Option<Spanned<String>>,
+    /// Constant quality, 0–51 (lower is better; default 23).
+    pub crf: Option<Spanned<u32>>,
+    /// Draw boxes, labels, recognised text and scores.
+    #[serde(default = "yes")]
+    pub annotate: bool,
+    /// Encode only this stream (the others pass through unwritten).
+    pub stream: Option<Spanned<String>>,
+    /// mp4 only: fragmented mp4, playable even if the process is killed.
+    #[serde(default)]
+    pub fragmented: bool,
+}
+
+fn video_codec() -> Spanned<String> {
+    Spanned::new(0..0, "libx264".into())
+}
+
+/// `kind = "audio_level"`: RMS and peak level (dBFS) of each audio window, and
+/// the stretches where the level stays above a threshold.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AudioLevelConfig {
+    /// A window is loud when its RMS level is at least this (dBFS).
+    #[serde(default = "level_threshold")]
+    pub threshold_db: Spanned<f32>,
+    /// Quieter stretches shorter than this do not end a loud segment.
+    #[serde(default)]
+    pub min_silence_ms: u32,
+    /// Loud segments shorter than this are ignored.
+    #[serde(default)]
+    pub min_duration_ms: u32,
+}
+
+fn level_threshold() -> Spanned<f32> {
+    Spanned::new(0..0, -40.0)
 }
 
 /// `kind = "null"`: discards frames (benchmarks).

@@ -249,10 +249,35 @@ pub struct Speech {
     pub segments: Option<Vec<SpeechSegment>>,
 }
 
+/// Loudness of one audio window, and loud stretches that opened or closed with
+/// it (on the stream's last window: every one).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Level {
+    /// RMS level, dBFS.
+    #[serde(serialize_with = "round_db")]
+    pub rms_db: f32,
+    /// Peak level, dBFS.
+    #[serde(serialize_with = "round_db")]
+    pub peak_db: f32,
+    /// At or above the threshold.
+    pub loud: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<SpeechSegment>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ended: Vec<SpeechSegment>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<Vec<SpeechSegment>>,
+}
+
+fn round_db<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round_to(*v, 100.0))
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
     Speech(Speech),
+    Level(Level),
     Classes(Vec<Classified>),
     Objects(Vec<Object>),
     Input(ModelInput),
@@ -272,6 +297,7 @@ impl Payload {
             Payload::Objects(o) => Some(serde_json::json!({ "detections": o })),
             Payload::Classes(c) => Some(serde_json::json!({ "classes": c })),
             Payload::Speech(v) => Some(serde_json::to_value(v).expect("speech serialises")),
+            Payload::Level(v) => Some(serde_json::to_value(v).expect("level serialises")),
         }
     }
 }

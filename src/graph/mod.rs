@@ -14,6 +14,7 @@ pub enum DataType {
     Video,
     Audio,
     Speech,
+    Level,
     Tensor,
     ModelOutputs,
     TextBoxes,
@@ -31,6 +32,7 @@ impl DataType {
             DataType::Video => "video frames",
             DataType::Audio => "audio windows",
             DataType::Speech => "voice activity",
+            DataType::Level => "audio levels",
             DataType::Tensor => "model input tensors",
             DataType::ModelOutputs => "model outputs",
             DataType::TextBoxes => "text boxes",
@@ -49,6 +51,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Audio(_) => DataType::Audio,
         NodeKind::TestSrc(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
+        NodeKind::AudioLevel(_) => DataType::Level,
         NodeKind::Preprocess(_) => DataType::Tensor,
         NodeKind::Infer(_) => DataType::ModelOutputs,
         NodeKind::TextDetection(_) => DataType::TextBoxes,
@@ -56,7 +59,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Detection(_) => DataType::Objects,
         NodeKind::Classification(_) => DataType::Classes,
-        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) => DataType::Nothing,
+        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) | NodeKind::Video(_) => DataType::Nothing,
     }
 }
 
@@ -64,7 +67,20 @@ fn output_type(kind: &NodeKind) -> DataType {
 fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
     match kind {
         NodeKind::Preprocess(_) => Some((&[DataType::Video], "connect a video source here")),
-        NodeKind::Vad(_) => Some((&[DataType::Audio], "connect an `audio` source here")),
+        NodeKind::Vad(_) | NodeKind::AudioLevel(_) => Some((&[DataType::Audio], "connect an `audio` source here")),
+        NodeKind::Video(_) => Some((
+            &[
+                DataType::Video,
+                DataType::Tensor,
+                DataType::ModelOutputs,
+                DataType::TextBoxes,
+                DataType::Crops,
+                DataType::Texts,
+                DataType::Objects,
+                DataType::Classes,
+            ],
+            "connect a video source, or a stage that works on video frames",
+        )),
         NodeKind::Subtitles(_) => Some((&[DataType::Texts, DataType::Speech], "name a `text_recognition` or `vad` stage in `inputs`")),
         NodeKind::Infer(_) => Some((
             &[DataType::Tensor, DataType::Crops],
@@ -300,6 +316,8 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    check_video_sinks(cfg, &producers, &mut diags);
+
     // Cycles: depth-first search; each cycle is reported once, as its chain.
     let order = match topo_order(&producers) {
         Ok(o) => o,
@@ -354,6 +372,94 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     } else {
         diags.sort();
         Err(diags)
+    }
+}
+
+/// The sources upstream of node `i`, in config order.
+pub fn upstream_sources(cfg: &PipelineConfig, producers: &[Vec<usize>], i: usize) -> Vec<usize> {
+    let mut seen = vec![false; producers.len()];
+    let mut stack = vec![i];
+    while let Some(j) = stack.pop() {
+        if std::mem::replace(&mut seen[j], true) {
+            continue;
+        }
+        stack.extend(&producers[j]);
+    }
+    (0..producers.len()).filter(|&j| seen[j] && cfg.nodes[j].role == Role::Source).collect()
+}
+
+/// A `video` sink writes one stream per file: several streams need `{stream}`
+/// in the path or one chosen `stream`; the container and encoder must exist.
+fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        let NodeKind::Video(v) = &node.kind else { continue };
+        let names: Vec<&str> = upstream_sources(cfg, producers, i).into_iter().map(|j| cfg.nodes[j].name.as_str()).collect();
+        let listed = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        let path = match cfg.expand(&v.path) {
+            Ok(p) => p,
+            Err(d) => {
+                diags.push(d);
+                continue;
+            }
+        };
+        let path = path.as_str();
+        let templated = path.contains("{stream}");
+        let stdout = path == "-";
+        if templated && stdout {
+            diags.push(cfg.diag(v.path.span(), format!("video sink `{}`: `{{stream}}` cannot be used with stdout", node.name)));
+        }
+        match &v.stream {
+            Some(s) if !names.contains(&s.get_ref().as_str()) && !names.is_empty() => diags.push(
+                cfg.diag(
+                    s.span(),
+                    format!("video sink `{}`: stream `{}` does not feed this sink; its streams are {listed}", node.name, s.get_ref()),
+                )
+                .with_help("name one of the sources upstream of this sink"),
+            ),
+            None if names.len() > 1 && !templated => diags.push(
+                cfg.diag(
+                    v.path.span(),
+                    format!("video sink `{}` is fed by {} streams ({listed}); a video file holds one", node.name, names.len()),
+                )
+                .with_help(format!("put `{{stream}}` in `path` for one file per stream, or set `stream = \"{}\"`", names[0])),
+            ),
+            _ => {}
+        }
+        match (&v.format, stdout) {
+            (None, true) => diags.push(
+                cfg.diag(v.path.span(), format!("video sink `{}`: writing to stdout needs a container", node.name))
+                    .with_help("set `format = \"mpegts\"` (or `\"matroska\"`): mp4 cannot be streamed"),
+            ),
+            (Some(f), true) if *f.get_ref() == crate::config::VideoContainer::Mp4 && !v.fragmented => diags.push(
+                cfg.diag(
+                    f.span(),
+                    format!("video sink `{}`: plain mp4 cannot be written to stdout (it seeks back to finish the file)", node.name),
+                )
+                .with_help("use `format = \"mpegts\"` or `\"matroska\"`, or `fragmented = true`"),
+            ),
+            (None, false) if crate::config::VideoContainer::from_path(path).is_none() => diags.push(
+                cfg.diag(v.path.span(), format!("video sink `{}`: cannot tell the container from `{path}`", node.name))
+                    .with_help("end the path with .mp4, .mkv or .ts, or set `format = \"mp4\" | \"matroska\" | \"mpegts\"`"),
+            ),
+            _ => {}
+        }
+        if v.fragmented
+            && v.format.as_ref().map_or(crate::config::VideoContainer::from_path(path), |f| Some(*f.get_ref()))
+                != Some(crate::config::VideoContainer::Mp4)
+        {
+            diags.push(cfg.diag(v.path.span(), format!("video sink `{}`: `fragmented` applies to mp4 only", node.name)));
+        }
+        if let Err(e) = crate::backend::ffmpeg::check_video_encoder(v.codec.get_ref()) {
+            diags.push(
+                cfg.diag(v.codec.span(), format!("video sink `{}`: {e}", node.name))
+                    .with_help("use `libx264` (CPU), `h264_nvenc` (NVIDIA GPU) or `auto`; `ffmpeg -encoders` lists what this FFmpeg has"),
+            );
+        }
+        if let Some(c) = &v.crf
+            && *c.get_ref() > 51
+        {
+            diags.push(cfg.diag(c.span(), format!("video sink `{}`: crf must be 0–51, got {}", node.name, c.get_ref())));
+        }
     }
 }
 

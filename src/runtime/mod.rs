@@ -292,6 +292,12 @@ impl<'a> SourceCtx<'a> {
     pub fn note_decode_errors(&self, n: u64) {
         self.stats.decode_errors.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// Frames skipped for corrupt data so far, and the stretches they came in (totals, kept live).
+    pub fn set_decode_errors(&self, frames: u64, bursts: u64) {
+        self.stats.decode_errors.store(frames, Ordering::Relaxed);
+        self.stats.corrupt_bursts.store(bursts, Ordering::Relaxed);
+    }
 }
 
 /// A node ready to run.
@@ -304,6 +310,8 @@ pub struct Node {
     pub describe: String,
     /// The execution provider an infer stage runs on.
     pub provider: Option<String>,
+    /// How a source decodes (software, or the device and why).
+    pub decode: Option<String>,
 }
 
 /// Called every 100 ms while a pipeline runs (progress bars).
@@ -340,6 +348,10 @@ impl Pipeline {
                 on_error: n.on_error,
                 provider: match &body {
                     Body::Stage(s) => s.provider(),
+                    _ => None,
+                },
+                decode: match &body {
+                    Body::Source(s) => s.decode(),
                     _ => None,
                 },
                 describe: match &body {
@@ -433,6 +445,7 @@ impl Pipeline {
             })
             .collect();
         let providers: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.provider.clone()?))).collect();
+        let decoders: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.decode.clone()?))).collect();
         let mut inputs: Vec<Option<Receiver<Msg>>> = queues.into_iter().map(|q| q.map(|q| q.rx)).collect();
         let source_errors = Arc::new(Mutex::new(Vec::new()));
 
@@ -467,6 +480,7 @@ impl Pipeline {
         let errors = source_errors.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut report = RunReport::new(self.name, &stats, acct.snapshot(), wall, shutdown.signal(), shutdown.fatal(), errors);
         report.providers = providers;
+        report.decoders = decoders;
         report.first_result_ms = stats.iter().filter_map(|s| s.first_out.get()).min().map(|t| (*t - started).as_secs_f64() * 1e3);
         report
     }

@@ -46,7 +46,10 @@ pub struct NodeReport {
     pub frames_out: u64,
     pub dropped: u64,
     pub failed: u64,
+    /// Sources: frames skipped for corrupt data.
     pub decode_errors: u64,
+    /// Sources: stretches of corrupt data (each resumed at a keyframe).
+    pub corrupt_bursts: u64,
     /// Frames out per second of wall time.
     pub fps: f64,
     /// Share of wall time spent working.
@@ -77,6 +80,8 @@ pub struct RunReport {
     pub source_errors: Vec<String>,
     /// (infer node, execution provider in use).
     pub providers: Vec<(String, String)>,
+    /// (source node, how it decodes).
+    pub decoders: Vec<(String, String)>,
     /// From the start of the run to the first frame written by a sink.
     pub first_result_ms: Option<f64>,
 }
@@ -106,6 +111,7 @@ impl RunReport {
                     dropped: s.dropped.load(Ordering::Relaxed),
                     failed: s.failed.load(Ordering::Relaxed),
                     decode_errors: s.decode_errors.load(Ordering::Relaxed),
+                    corrupt_bursts: s.corrupt_bursts.load(Ordering::Relaxed),
                     fps: out as f64 / secs,
                     busy: (s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9 / secs).min(1.0),
                     queue_capacity: s.capacity.load(Ordering::Relaxed),
@@ -132,6 +138,7 @@ impl RunReport {
             fatal,
             source_errors,
             providers: Vec::new(),
+            decoders: Vec::new(),
             first_result_ms: None,
         }
     }
@@ -196,6 +203,16 @@ impl RunReport {
                 n.stream_lost,
                 n.reconnects,
                 if n.reconnects > 0 { format!(" (longest gap {:.1} s)", n.longest_gap_ms as f64 / 1e3) } else { String::new() }
+            );
+        }
+        for (node, decode) in &self.decoders {
+            let _ = writeln!(s, "{node}: decode {decode}");
+        }
+        for n in self.nodes.iter().filter(|n| n.role == "source" && n.decode_errors > 0) {
+            let _ = writeln!(
+                s,
+                "{}: {} frame(s) skipped for corrupt data in {} stretch(es), each resumed at the next keyframe",
+                n.name, n.decode_errors, n.corrupt_bursts
             );
         }
         for (node, provider) in &self.providers {

@@ -33,6 +33,8 @@ pub struct NodeStats {
     pub dropped: AtomicU64,
     pub failed: AtomicU64,
     pub decode_errors: AtomicU64,
+    /// Stretches of corrupt input a source skipped (each logged once).
+    pub corrupt_bursts: AtomicU64,
     pub busy_ns: AtomicU64,
     pub capacity: AtomicUsize,
     /// Frames put into its input queue (less those `drop_oldest` took back out).
@@ -73,6 +75,7 @@ impl NodeStats {
             losses: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             longest_gap_ms: AtomicU64::new(0),
+            corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
             queued: AtomicU64::new(0),

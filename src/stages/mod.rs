@@ -7,6 +7,7 @@
 
 pub mod crop;
 pub mod infer;
+pub mod level;
 pub mod postprocess;
 pub mod preprocess;
 pub mod sinks;
@@ -46,6 +47,10 @@ pub trait Source: Send {
     }
     /// One line for the start-up log.
     fn describe(&self) -> String;
+    /// How this source decodes, for the summary (video files).
+    fn decode(&self) -> Option<String> {
+        None
+    }
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String>;
 }
 
@@ -233,6 +238,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
+            NodeKind::AudioLevel(c) => Ok(Body::Stage(Box::new(level::AudioLevel::new(name, c.clone())))),
             NodeKind::Rtsp(c) => {
                 sources::rtsp::RtspSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
@@ -277,6 +283,11 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
             NodeKind::Images(c) => sinks::images::Images::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Video(c) => {
+                let streams: Vec<&str> =
+                    crate::graph::upstream_sources(cfg, &graph.producers, i).into_iter().map(|j| cfg.nodes[j].name.as_str()).collect();
+                sinks::video::VideoSink::build(cfg, &node.name, c, &streams).map(|s| Body::Sink(Box::new(s)))
+            }
             NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
         };
         match body {

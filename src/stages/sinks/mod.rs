@@ -1,8 +1,10 @@
 //! Sinks: where results go.
 
+pub mod draw;
 pub mod images;
 pub mod ndjson;
 pub mod subtitles;
+pub mod video;
 
 use super::{Sink, StageError};
 use crate::frame::Frame;

@@ -109,6 +109,15 @@ impl Source for FileSource {
         self.live
     }
 
+    fn decode(&self) -> Option<String> {
+        Some(match &self.decode {
+            Decode::Software(None) => "software (hwaccel = \"none\")".to_string(),
+            Decode::Software(Some(why)) => format!("software ({why})"),
+            #[cfg(feature = "cuda")]
+            Decode::Nvdec(gpu, _) => format!("NVDEC on {}", gpu.name),
+        })
+    }
+
     fn describe(&self) -> String {
         let i = &self.decoder.info;
         let decode = match &self.decode {
@@ -135,6 +144,8 @@ impl Source for FileSource {
         // Realtime pacing: the first frame's pts and when it went out.
         let mut clock: Option<(i64, std::time::Instant)> = None;
         while !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m) {
+            // Live totals for metrics (the frame about to be decoded is counted next time round).
+            ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
             let decoded = match self.decoder.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -171,14 +182,8 @@ impl Source for FileSource {
         if let Some(e) = self.decoder.read_error() {
             tracing::warn!("{}: read error: {e}; treated as the end of the input", mask_credentials(&self.path.to_string_lossy()));
         }
-        let corrupt = self.decoder.corrupt_packets;
-        if corrupt > 0 || bad_frames > 0 {
-            tracing::warn!(
-                "{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped",
-                mask_credentials(&self.path.to_string_lossy())
-            );
-        }
-        ctx.note_decode_errors(corrupt + bad_frames);
+        // Bursts were logged as they ended; the totals go to the summary.
+        ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
         Ok(())
     }
 }

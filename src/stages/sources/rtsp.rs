@@ -271,7 +271,7 @@ impl RtspSource {
     /// Drop the connection without waiting on a camera that may hang.
     fn close(&mut self) -> u64 {
         self.watch.closing.store(true, Ordering::Relaxed);
-        let corrupt = self.decoder.take().map_or(0, |d| d.corrupt_packets);
+        let corrupt = self.decoder.take().map_or(0, |d| d.skipped_frames);
         self.watch.closing.store(false, Ordering::Relaxed);
         corrupt
     }

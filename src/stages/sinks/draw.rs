@@ -1,0 +1,215 @@
+//! Drawing results on pictures: box outlines and labels (scores, classes,
+//! recognised text), shared by the `images` and `video` sinks.
+
+use std::sync::OnceLock;
+
+use ab_glyph::{Font, FontVec, PxScale, ScaleFont, point};
+use std::ops::DerefMut;
+
+#[cfg(test)]
+use image::RgbImage;
+use image::{ImageBuffer, Rgb};
+
+/// An RGB picture over any byte buffer (a `Vec`, or a pooled buffer).
+pub type Canvas<C> = ImageBuffer<Rgb<u8>, C>;
+
+use crate::frame::{Frame, Payload};
+
+/// Fonts for labels (DejaVu comes with `fonts-dejavu-core`).
+const FONTS: &[&str] = &["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"];
+
+/// Colours per result type.
+pub const TEXT_BOX: Rgb<u8> = Rgb([0, 255, 0]);
+pub const TEXT_LINE: Rgb<u8> = Rgb([255, 200, 0]);
+pub const OBJECT: Rgb<u8> = Rgb([255, 0, 80]);
+pub const CLASS: Rgb<u8> = Rgb([0, 200, 255]);
+
+/// The label font, loaded once; `None` (boxes without labels) when no font is installed.
+pub fn font() -> Option<&'static FontVec> {
+    static FONT: OnceLock<Option<FontVec>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let f = FONTS.iter().find_map(|p| std::fs::read(p).ok()).and_then(|b| FontVec::try_from_vec(b).ok());
+        if f.is_none() {
+            tracing::warn!("no label font found (looked for {}): boxes are drawn without labels", FONTS.join(", "));
+        }
+        f
+    })
+    .as_ref()
+}
+
+/// One thing to draw: an outline (or none, for whole-frame classes) and a label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub bbox: Option<[f32; 4]>,
+    pub color: Rgb<u8>,
+    pub label: String,
+}
+
+/// Everything a frame's results say, as marks.
+pub fn marks(frame: &Frame) -> Vec<Mark> {
+    let mut out = Vec::new();
+    for a in &frame.results {
+        match &*a.payload {
+            Payload::TextBoxes(b) => {
+                out.extend(b.iter().map(|t| Mark { bbox: Some(t.bbox), color: TEXT_BOX, label: format!("{:.2}", t.score) }))
+            }
+            Payload::Texts(t) => {
+                out.extend(t.iter().map(|t| Mark { bbox: Some(t.bbox), color: TEXT_LINE, label: format!("{} {:.2}", t.text, t.score) }))
+            }
+            Payload::Objects(o) => out.extend(o.iter().map(|o| {
+                let name = o.label.as_deref().map_or_else(|| format!("class {}", o.class), str::to_string);
+                Mark { bbox: Some(o.bbox), color: OBJECT, label: format!("{name} {:.2}", o.score) }
+            })),
+            Payload::Classes(c) => out.extend(c.iter().filter_map(|c| {
+                let top = c.top.first()?;
+                let name = top.label.as_deref().map_or_else(|| format!("class {}", top.class), str::to_string);
+                Some(Mark { bbox: c.bbox, color: CLASS, label: format!("{name} {:.2}", top.score) })
+            })),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Draw an axis-aligned rectangle outline, clipped to the image. The
+/// outline grows outwards from the box edge by `thickness` pixels.
+pub fn rectangle<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, b: [f32; 4], color: Rgb<u8>, thickness: u32) {
+    let (w, h) = (img.width() as i64, img.height() as i64);
+    let (x0, y0, x1, y1) = (b[0].round() as i64, b[1].round() as i64, b[2].round() as i64, b[3].round() as i64);
+    for t in 0..thickness as i64 {
+        for x in (x0 - t).max(0)..=(x1 + t).min(w - 1) {
+            for y in [y0 - t, y1 + t] {
+                if (0..h).contains(&y) {
+                    img.put_pixel(x as u32, y as u32, color);
+                }
+            }
+        }
+        for y in (y0 - t).max(0)..=(y1 + t).min(h - 1) {
+            for x in [x0 - t, x1 + t] {
+                if (0..w).contains(&x) {
+                    img.put_pixel(x as u32, y as u32, color);
+                }
+            }
+        }
+    }
+}
+
+/// Fill a rectangle (inclusive bounds), clipped.
+fn fill<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, x0: i64, y0: i64, x1: i64, y1: i64, color: Rgb<u8>) {
+    let (w, h) = (img.width() as i64, img.height() as i64);
+    for y in y0.max(0)..=y1.min(h - 1) {
+        for x in x0.max(0)..=x1.min(w - 1) {
+            img.put_pixel(x as u32, y as u32, color);
+        }
+    }
+}
+
+/// Width in pixels of `text` at `size`.
+fn text_width(font: &FontVec, size: f32, text: &str) -> f32 {
+    let f = font.as_scaled(PxScale::from(size));
+    text.chars().map(|c| f.h_advance(f.glyph_id(c))).sum()
+}
+
+/// `text` in `color` with its top-left corner at (x, y), blended by coverage.
+fn text<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, font: &FontVec, size: f32, x: f32, y: f32, s: &str, color: Rgb<u8>) {
+    let scale = PxScale::from(size);
+    let f = font.as_scaled(scale);
+    let mut caret = x;
+    let (w, h) = (img.width() as i32, img.height() as i32);
+    for c in s.chars() {
+        let id = f.glyph_id(c);
+        let glyph = id.with_scale_and_position(scale, point(caret, y + f.ascent()));
+        caret += f.h_advance(id);
+        let Some(outline) = font.outline_glyph(glyph) else { continue };
+        let b = outline.px_bounds();
+        outline.draw(|gx, gy, cov| {
+            let (px, py) = (b.min.x as i32 + gx as i32, b.min.y as i32 + gy as i32);
+            if (0..w).contains(&px) && (0..h).contains(&py) {
+                let p = img.get_pixel_mut(px as u32, py as u32);
+                for k in 0..3 {
+                    p.0[k] = (p.0[k] as f32 * (1.0 - cov) + color.0[k] as f32 * cov).round() as u8;
+                }
+            }
+        });
+    }
+}
+
+/// Black or white, whichever reads better on `bg`.
+fn ink_for(bg: Rgb<u8>) -> Rgb<u8> {
+    let l = 0.299 * bg.0[0] as f32 + 0.587 * bg.0[1] as f32 + 0.114 * bg.0[2] as f32;
+    if l > 140.0 { Rgb([0, 0, 0]) } else { Rgb([255, 255, 255]) }
+}
+
+/// Draw `marks` on `img`: outlines `thickness` px wide, labels on a band of the
+/// mark's colour just above the box (below its top edge when there is no room),
+/// whole-frame classes stacked at the top-left corner. Labels never cover the
+/// outline itself.
+pub fn draw<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, marks: &[Mark], thickness: u32, font: Option<&FontVec>) {
+    let size = (img.height() as f32 / 40.0).clamp(12.0, 32.0);
+    let band = size.ceil() as i64 + 2;
+    let t = thickness as i64;
+    let mut corner_y = 0i64;
+    for m in marks {
+        if let Some(b) = m.bbox {
+            rectangle(img, b, m.color, thickness);
+        }
+    }
+    let Some(font) = font else { return };
+    for m in marks.iter().filter(|m| !m.label.is_empty()) {
+        let width = text_width(font, size, &m.label).ceil() as i64 + 4;
+        let (x0, y0) = match m.bbox {
+            Some(b) => {
+                let (x, top) = (b[0].round() as i64 - t + 1, b[1].round() as i64 - t);
+                // Above the outline, or inside just under it.
+                if top - band >= 0 { (x, top - band) } else { (x, b[1].round() as i64 + 1) }
+            }
+            None => {
+                let y = corner_y;
+                corner_y += band;
+                (0, y)
+            }
+        };
+        fill(img, x0, y0, x0 + width - 1, y0 + band - 1, m.color);
+        text(img, font, size, x0 as f32 + 2.0, y0 as f32 + 1.0, &m.label, ink_for(m.color));
+    }
+}
+
+/// Draw a frame's results on its RGB picture.
+pub fn annotate<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, frame: &Frame, thickness: u32) {
+    let m = marks(frame);
+    if !m.is_empty() {
+        draw(img, &m, thickness, font());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rectangle_is_clipped_outline() {
+        let mut img = RgbImage::new(10, 10);
+        rectangle(&mut img, [2.0, 2.0, 20.0, 5.0], Rgb([255, 0, 0]), 1);
+        assert_eq!(img.get_pixel(2, 2), &Rgb([255, 0, 0]));
+        assert_eq!(img.get_pixel(9, 5), &Rgb([255, 0, 0]));
+        assert_eq!(img.get_pixel(4, 4), &Rgb([0, 0, 0]), "inside stays");
+    }
+
+    #[test]
+    fn labels_sit_outside_the_outline() {
+        let Some(font) = font() else {
+            panic!("fonts-dejavu-core is missing: run scripts/install-deps.sh");
+        };
+        let mut img = RgbImage::new(200, 120);
+        let mark = Mark { bbox: Some([40.0, 60.0, 150.0, 100.0]), color: TEXT_BOX, label: "0.93".into() };
+        draw(&mut img, std::slice::from_ref(&mark), 2, Some(font));
+        // The outline keeps its colour at the corner; the label band is above it, with ink on it.
+        assert_eq!(img.get_pixel(40, 60), &TEXT_BOX);
+        assert_eq!(img.get_pixel(39, 59), &TEXT_BOX);
+        let band: Vec<&Rgb<u8>> = (40..80).flat_map(|x| (40..57).map(move |y| (x, y))).map(|(x, y)| img.get_pixel(x, y)).collect();
+        assert!(band.iter().any(|p| **p == TEXT_BOX), "label band drawn");
+        assert!(band.iter().any(|p| p.0[1] < 100), "label text inked");
+        // Nothing inside the box.
+        assert_eq!(img.get_pixel(90, 80), &Rgb([0, 0, 0]));
+    }
+}

@@ -1,0 +1,212 @@
+//! `kind = "video"`: the frames encoded as video (H.264 by default) in mp4,
+//! Matroska or MPEG-TS, to a file or stdout, plain or with the results drawn.
+//!
+//! Timestamps follow the source: each frame keeps its pts and time base, so a
+//! variable frame rate stays as it was. The encoder opens on a stream's first
+//! frame at that frame's size; later frames of another size (a mid-stream
+//! change) are scaled to it. `finish` flushes the encoder and writes the
+//! trailer, so a run stopped with Ctrl-C leaves a complete file.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ffmpeg_next::format::Pixel;
+
+use super::draw::{self, Canvas};
+use super::images::safe_name;
+use crate::backend::ffmpeg::{ChosenEncoder, EncoderSettings, Scaler, VideoEncoder, choose_encoder, sws_flags};
+use crate::config::{Diagnostic, Interpolation, PipelineConfig, VideoContainer, VideoSinkConfig};
+use crate::frame::{ColorInfo, Frame, Image, Matrix, Pool, Storage};
+use crate::stages::{Sink, StageError};
+
+/// One output file (or stdout) for one stream.
+struct Output {
+    target: String,
+    enc: VideoEncoder,
+    /// Source → RGB at the source size, for drawing.
+    to_rgb: Option<Scaler>,
+    /// Source (or the drawn RGB picture) → YUV 4:2:0 at the output size.
+    to_yuv: Option<Scaler>,
+}
+
+pub struct VideoSink {
+    name: String,
+    /// The path (with `{stream}` still in it), or `pipe:1` for stdout.
+    target: String,
+    templated: bool,
+    container: VideoContainer,
+    muxer_options: Vec<(String, String)>,
+    encoder: ChosenEncoder,
+    annotate: bool,
+    only: Option<String>,
+    outputs: HashMap<Arc<str>, Output>,
+    pool: Pool<u8>,
+}
+
+/// The file for `stream`: `{stream}` replaced by its file-name-safe name.
+fn target_for(template: &str, stream: &str) -> String {
+    template.replace("{stream}", &safe_name(stream))
+}
+
+impl VideoSink {
+    /// Choose the encoder (said loudly when `auto` falls back) and create the
+    /// output files now, so a bad codec or path fails before the run.
+    /// `streams`: the sources feeding this sink.
+    pub fn build(cfg: &PipelineConfig, name: &str, c: &VideoSinkConfig, streams: &[&str]) -> Result<Self, Diagnostic> {
+        let path = cfg.expand(&c.path)?;
+        let stdout = path == "-";
+        let container = match (&c.format, VideoContainer::from_path(&path)) {
+            (Some(f), _) => *f.get_ref(),
+            (None, Some(f)) => f,
+            (None, None) => return Err(cfg.diag(c.path.span(), format!("video sink `{name}`: no container for this path"))),
+        };
+        let settings = EncoderSettings {
+            codec: c.codec.get_ref().clone(),
+            preset: c.preset.as_ref().map(|p| p.get_ref().clone()),
+            crf: c.crf.as_ref().map(|v| *v.get_ref()),
+        };
+        let encoder = choose_encoder(&settings).map_err(|e| {
+            let span = c.preset.as_ref().map_or(c.codec.span(), |p| p.span());
+            cfg.diag(span, format!("video sink `{name}`: {e}"))
+                .with_help("check `codec` and `preset` (libx264 presets: ultrafast … veryslow; NVENC: p1 … p7)")
+        })?;
+        match &encoder.note {
+            Some(note) if encoder.name == "h264_nvenc" => tracing::info!("video sink `{name}`: codec = \"auto\": {note}"),
+            Some(note) => tracing::warn!("video sink `{name}`: codec = \"auto\": {note}"),
+            None => {}
+        }
+        let target = if stdout {
+            "pipe:1".to_string()
+        } else {
+            let path = cfg.resolve_path(&c.path)?;
+            let template = path.to_string_lossy().into_owned();
+            let files: Vec<String> = if template.contains("{stream}") {
+                streams.iter().map(|s| target_for(&template, s)).collect()
+            } else {
+                vec![template.clone()]
+            };
+            for f in &files {
+                let f = std::path::Path::new(f);
+                if let Some(dir) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        cfg.diag(c.path.span(), format!("video sink `{name}`: cannot create folder {}: {e}", dir.display()))
+                    })?;
+                }
+                std::fs::File::create(f)
+                    .map_err(|e| cfg.diag(c.path.span(), format!("video sink `{name}`: cannot open {} for writing: {e}", f.display())))?;
+            }
+            template
+        };
+        let muxer_options = if c.fragmented && container == VideoContainer::Mp4 {
+            vec![("movflags".to_string(), "frag_keyframe+empty_moov+default_base_moof".to_string())]
+        } else {
+            Vec::new()
+        };
+        Ok(VideoSink {
+            name: name.to_string(),
+            templated: target.contains("{stream}"),
+            target,
+            container,
+            muxer_options,
+            encoder,
+            annotate: c.annotate,
+            only: c.stream.as_ref().map(|s| s.get_ref().clone()),
+            outputs: HashMap::new(),
+            pool: Pool::new(4),
+        })
+    }
+
+    /// The output for `frame`'s stream, created at this frame's size on its first frame.
+    fn output(&mut self, frame: &Frame, img: &Image) -> Result<&mut Output, StageError> {
+        if !self.outputs.contains_key(&frame.stream) {
+            let target = if self.templated { target_for(&self.target, &frame.stream) } else { self.target.clone() };
+            // 4:2:0 needs even sizes.
+            let (w, h) = ((img.width & !1).max(2), (img.height & !1).max(2));
+            let enc = VideoEncoder::create(&target, self.container.muxer(), &self.muxer_options, &self.encoder, w, h, frame.time_base)
+                .map_err(StageError::Fatal)?;
+            tracing::debug!("video sink `{}`: {target}: {w}x{h} {} in {}", self.name, self.encoder.name, self.container.muxer());
+            self.outputs.insert(frame.stream.clone(), Output { target, enc, to_rgb: None, to_yuv: None });
+        }
+        Ok(self.outputs.get_mut(&frame.stream).expect("inserted above"))
+    }
+}
+
+/// Reuse `slot` if it converts `src` to `w`x`h` `fmt`, else build a new scaler.
+fn scaler<'a>(slot: &'a mut Option<Scaler>, src: &Image, w: u32, h: u32, fmt: Pixel) -> Result<&'a mut Scaler, StageError> {
+    if !slot.as_ref().is_some_and(|s| s.fits(src, w, h, fmt)) {
+        *slot = Some(Scaler::new(src, w, h, fmt, sws_flags(Interpolation::Bilinear)).map_err(|e| StageError::Frame(e.to_string()))?);
+    }
+    Ok(slot.as_mut().expect("set above"))
+}
+
+impl Sink for VideoSink {
+    fn describe(&self) -> String {
+        let opts: Vec<String> = self.encoder.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!(
+            "{} {} ({}){}{} to {}",
+            self.container.muxer(),
+            self.encoder.name,
+            opts.join(" "),
+            if self.annotate { ", annotated" } else { "" },
+            self.only.as_ref().map(|s| format!(", stream `{s}` only")).unwrap_or_default(),
+            if self.target == "pipe:1" { "stdout" } else { &self.target }
+        )
+    }
+
+    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
+        let Some(img) = frame.image.clone() else { return Ok(()) };
+        if self.only.as_deref().is_some_and(|s| s != &*frame.stream) {
+            return Ok(());
+        }
+        let marks = if self.annotate { draw::marks(frame) } else { Vec::new() };
+        let pool = self.pool.clone();
+        let out = self.output(frame, &img)?;
+        let (w, h) = (out.enc.width, out.enc.height);
+        let mut picture = out.enc.picture();
+        if marks.is_empty() {
+            scaler(&mut out.to_yuv, &img, w, h, Pixel::YUV420P)?.run_into(&img, &mut picture).map_err(StageError::Frame)?;
+        } else {
+            // Draw at the source size (results are in source pixels), then scale to the output.
+            let (sw, sh) = (img.width, img.height);
+            let mut buf = pool.get(sw as usize * sh as usize * 3);
+            scaler(&mut out.to_rgb, &img, sw, sh, Pixel::RGB24)?.run(&img, &mut buf).map_err(StageError::Frame)?;
+            let mut canvas = Canvas::from_raw(sw, sh, buf).ok_or_else(|| StageError::Frame("picture size mismatch".into()))?;
+            draw::draw(&mut canvas, &marks, (sh / 180).max(2), draw::font());
+            let rgb = Image {
+                width: sw,
+                height: sh,
+                format: Pixel::RGB24,
+                color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
+                offsets: [0; 4],
+                strides: [sw as i32 * 3, 0, 0, 0],
+                storage: Storage::Host(canvas.into_raw()),
+            };
+            scaler(&mut out.to_yuv, &rgb, w, h, Pixel::YUV420P)?.run_into(&rgb, &mut picture).map_err(StageError::Frame)?;
+        }
+        // A file that cannot be written stays broken: stop rather than skip.
+        out.enc.push(picture, frame.pts).map_err(StageError::Fatal)
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for out in self.outputs.values_mut() {
+            match out.enc.finish() {
+                Ok(()) => tracing::info!("video sink `{}`: {} frame(s) to {}", self.name, out.enc.frames, out.target),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_names_fill_the_template_safely() {
+        assert_eq!(target_for("out/{stream}.mp4", "cam-1"), "out/cam-1.mp4");
+        assert_eq!(target_for("out/{stream}.mp4", "../x"), "out/___x.mp4");
+        assert_eq!(target_for("out/all.mp4", "cam"), "out/all.mp4");
+    }
+}
