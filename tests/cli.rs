@@ -30,7 +30,7 @@ fn broken_pipelines_report_every_error_with_its_position() {
         (
             "typo.toml",
             &[
-                "error: unknown field `hieght`, expected one of `width`, `height`, `resize`, `pad_value`, `color`, `mean`, `std`, `scale`, `layout`, `interpolation`\n  --> tests/data/broken/typo.toml:9:1\n",
+                "error: unknown field `hieght`, expected one of `width`, `height`, `resize`, `pad_value`, `color`, `mean`, `std`, `scale`, `layout`, `interpolation`, `device`, `device_id`\n  --> tests/data/broken/typo.toml:9:1\n",
                 "  = help: did you mean `height`?\n",
                 "error: invalid type: integer `42`, expected a string\n  --> tests/data/broken/typo.toml:14:9\n",
                 "2 errors found",
