@@ -39,6 +39,58 @@ pub fn versions() -> String {
     format!("libavcodec {}, libavformat {}, libavutil {}", v(ff::codec::version()), v(ff::format::version()), v(ff::util::version()))
 }
 
+/// How to open an input: a demuxer by name (else the format is probed) and
+/// its options (e.g. rawvideo's `pixel_format`, `video_size`, `framerate`).
+#[derive(Debug, Clone, Default)]
+pub struct InputOptions {
+    pub format: Option<String>,
+    pub options: Vec<(String, String)>,
+}
+
+/// The demuxer named `name`, if this FFmpeg has it.
+fn find_input_format(name: &str) -> Option<ff::format::Input> {
+    init();
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a lookup in FFmpeg's static demuxer table with a NUL-terminated name.
+    let ptr = unsafe { ffi::av_find_input_format(c.as_ptr()) };
+    // SAFETY: non-null demuxers are static and live for the whole process.
+    (!ptr.is_null()).then(|| unsafe { ff::format::Input::wrap(ptr as *mut _) })
+}
+
+/// Whether this FFmpeg has a demuxer named `name` (`rawvideo`, `mpegts`, `s16le`, ...).
+pub fn input_format_exists(name: &str) -> bool {
+    find_input_format(name).is_some()
+}
+
+/// Whether `name` is a pixel format FFmpeg knows (`yuv420p`, `rgb24`, `nv12`, `gray`, ...).
+pub fn pixel_format_exists(name: &str) -> bool {
+    init();
+    name.parse::<Pixel>().is_ok_and(|p| p != Pixel::None)
+}
+
+/// Open `path` with `opts`. `-` means stdin.
+fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::Input, FfmpegError> {
+    init();
+    let shown = path.to_string_lossy().into_owned();
+    let path = if path.as_os_str() == "-" { Path::new("pipe:0") } else { path };
+    let err = |source| FfmpegError::Open { path: shown.clone(), source };
+    let mut dict = ff::Dictionary::new();
+    for (k, v) in &opts.options {
+        dict.set(k, v);
+    }
+    match &opts.format {
+        None if opts.options.is_empty() => ff::format::input(&path).map_err(err),
+        None => ff::format::input_with_dictionary(&path, dict).map_err(err),
+        Some(name) => {
+            let f = find_input_format(name).ok_or(FfmpegError::Open { path: shown.clone(), source: ff::Error::DemuxerNotFound })?;
+            match ff::format::open_with(&path, &ff::Format::Input(f), dict).map_err(err)? {
+                ff::format::context::Context::Input(i) => Ok(i),
+                ff::format::context::Context::Output(_) => unreachable!("opened as an input"),
+            }
+        }
+    }
+}
+
 /// What the decoder knows about the stream before the first frame.
 #[derive(Debug, Clone)]
 pub struct StreamInfo {
@@ -50,6 +102,8 @@ pub struct StreamInfo {
     pub fps: Option<f64>,
     /// Frame count from the container, or estimated from duration × fps.
     pub frames: Option<u64>,
+    /// Frame count the container itself lists (mp4, mov), when it does.
+    pub declared_frames: Option<u64>,
 }
 
 /// A demuxer + video decoder for one input.
@@ -62,15 +116,21 @@ pub struct VideoDecoder {
     eof_sent: bool,
     /// Packets the decoder rejected (corrupt data); decoding goes on.
     pub corrupt_packets: u64,
+    /// The input could not be read to its end (truncated file, I/O error): what went wrong.
+    pub read_error: Option<String>,
     pub info: StreamInfo,
 }
 
 impl VideoDecoder {
-    /// Open `path` (file or URL) and its best video stream. `threads = 0` lets FFmpeg choose.
+    /// Open `path` (file or URL, `-` for stdin) and its best video stream. `threads = 0` lets FFmpeg choose.
     pub fn open(path: &Path, threads: usize) -> Result<Self, FfmpegError> {
-        init();
+        Self::open_with(path, threads, &InputOptions::default())
+    }
+
+    /// As [`VideoDecoder::open`], with a named demuxer and its options.
+    pub fn open_with(path: &Path, threads: usize, opts: &InputOptions) -> Result<Self, FfmpegError> {
         let p = path.to_string_lossy().into_owned();
-        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
+        let input = open_input(path, opts)?;
         let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
         let codec_id = stream.parameters().id();
@@ -85,6 +145,7 @@ impl VideoDecoder {
         let tb = stream.time_base();
         let rate = stream.avg_frame_rate();
         let fps = (rate.denominator() != 0 && rate.numerator() > 0).then(|| f64::from(rate));
+        let declared_frames = (stream.frames() > 0).then_some(stream.frames() as u64);
         let frames = match stream.frames() {
             n if n > 0 => Some(n as u64),
             _ => {
@@ -103,6 +164,7 @@ impl VideoDecoder {
             time_base: (tb.numerator(), tb.denominator()),
             fps,
             frames,
+            declared_frames,
         };
         Ok(VideoDecoder {
             path: p,
@@ -112,6 +174,7 @@ impl VideoDecoder {
             frame: ff::frame::Video::empty(),
             eof_sent: false,
             corrupt_packets: 0,
+            read_error: None,
             info,
         })
     }
@@ -153,6 +216,7 @@ impl VideoDecoder {
                 Err(ff::Error::Eof) => break,
                 Err(e) => {
                     tracing::warn!(path = %self.path, error = %e, "read error; treating as end of input");
+                    self.read_error = Some(e.to_string());
                     break;
                 }
             }
@@ -358,11 +422,16 @@ pub struct AudioDecoder {
 }
 
 impl AudioDecoder {
-    /// Open the best audio stream of `path` (an audio file or a video's audio track), resampled to `rate` Hz mono.
+    /// Open the best audio stream of `path` (an audio file or a video's audio track,
+    /// `-` for stdin), resampled to `rate` Hz mono.
     pub fn open(path: &Path, rate: u32) -> Result<Self, FfmpegError> {
-        init();
+        Self::open_with(path, rate, &InputOptions::default())
+    }
+
+    /// As [`AudioDecoder::open`], with a named demuxer (e.g. raw `s16le`) and its options.
+    pub fn open_with(path: &Path, rate: u32, opts: &InputOptions) -> Result<Self, FfmpegError> {
         let p = path.to_string_lossy().into_owned();
-        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
+        let input = open_input(path, opts)?;
         let stream =
             input.streams().best(ff::media::Type::Audio).ok_or_else(|| FfmpegError::NoVideo { path: format!("{p} (no audio stream)") })?;
         let stream_index = stream.index();

@@ -30,6 +30,8 @@ pub mod exit {
     pub const RUNTIME: u8 = 1;
     /// Bad arguments or a pipeline file with errors.
     pub const CONFIG: u8 = 2;
+    /// The run finished, but some inputs (files of a `dir` source) failed: each is named in the summary.
+    pub const INPUTS_FAILED: u8 = 3;
     /// Stopped by a signal after a clean drain: 128 + signal (130 SIGINT, 143 SIGTERM).
     pub const SIGNAL_BASE: u8 = 128;
 }
@@ -46,6 +48,7 @@ Examples:
   infer-stream doctor
 
 Exit codes: 0 success, 1 runtime failure, 2 usage or pipeline-file error,
+3 some inputs of a batch failed (the others were processed),
 130/143 stopped by SIGINT/SIGTERM after draining (results flushed).";
 
 #[derive(Parser)]
@@ -494,6 +497,10 @@ fn run(
     }
     if let Some(sig) = report.interrupted_by_signal {
         return Ok(exit::SIGNAL_BASE + sig as u8);
+    }
+    if let Some(i) = report.inputs.as_ref().filter(|i| !i.failed.is_empty()) {
+        eprintln!("error: {} input(s) failed (named above); the others were processed", i.failed.len());
+        return Ok(exit::INPUTS_FAILED);
     }
     Ok(exit::OK)
 }

@@ -72,6 +72,11 @@ pub trait Sink: Send {
     fn write(&mut self, frame: &Frame) -> Result<(), StageError>;
     fn finish(&mut self) -> Result<(), String>;
     fn describe(&self) -> String;
+    /// A stream has ended and every frame of it has been written here: flush
+    /// and close what belongs to it alone (per-stream files, open cues).
+    fn end_stream(&mut self, _stream: &str) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A built node body.
@@ -211,6 +216,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
                 None => continue,
             },
+            NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
+use crate::backend::ffmpeg::{InputOptions, VideoDecoder, copy_to_image};
 use crate::config::{Diagnostic, FileSourceConfig, NodeConfig, PipelineConfig, is_url};
 use crate::frame::Pool;
 use crate::runtime::SourceCtx;
@@ -29,9 +29,8 @@ impl FileSource {
         max_frames: Option<u64>,
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
-        // `-`: a container stream piped in on stdin (FFmpeg probes its format).
-        let open_path = if path.as_os_str() == "-" { PathBuf::from("pipe:0") } else { path.clone() };
-        let decoder = VideoDecoder::open(&open_path, c.decoder_threads).map_err(|e| {
+        // `-`: a stream piped in on stdin (its format probed unless `format` names it).
+        let decoder = VideoDecoder::open_with(&path, c.decoder_threads, &input_options(c)).map_err(|e| {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
         })?;
@@ -44,6 +43,20 @@ impl FileSource {
         };
         Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime })
     }
+}
+
+/// The demuxer and its options: rawvideo's frame size, pixel format and rate.
+pub fn input_options(c: &FileSourceConfig) -> InputOptions {
+    let format = c.format.as_ref().map(|f| f.get_ref().clone());
+    let mut options = Vec::new();
+    if format.as_deref() == Some("rawvideo") {
+        if let (Some(w), Some(h)) = (&c.width, &c.height) {
+            options.push(("video_size".to_string(), format!("{}x{}", w.get_ref(), h.get_ref())));
+        }
+        options.push(("pixel_format".into(), c.pixel_format.as_ref().map_or("yuv420p".into(), |p| p.get_ref().clone())));
+        options.push(("framerate".into(), c.rate.as_ref().map_or("25".into(), |r| r.get_ref().to_string())));
+    }
+    InputOptions { format, options }
 }
 
 impl Source for FileSource {

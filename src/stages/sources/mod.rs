@@ -1,5 +1,6 @@
 //! Sources: where frames come from.
 
 pub mod audio;
+pub mod dir;
 pub mod file;
 pub mod testsrc;
