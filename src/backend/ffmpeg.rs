@@ -71,8 +71,9 @@ pub fn pixel_format_exists(name: &str) -> bool {
 /// Open `path` with `opts`. `-` means stdin.
 fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::Input, FfmpegError> {
     init();
-    let shown = path.to_string_lossy().into_owned();
-    let path = if path.as_os_str() == "-" { Path::new("pipe:0") } else { path };
+    let stdin = path.as_os_str() == "-";
+    let shown = if stdin { "stdin".to_string() } else { path.to_string_lossy().into_owned() };
+    let path = if stdin { Path::new("pipe:0") } else { path };
     let err = |source| FfmpegError::Open { path: shown.clone(), source };
     let mut dict = ff::Dictionary::new();
     for (k, v) in &opts.options {

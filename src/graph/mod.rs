@@ -284,10 +284,18 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             NodeKind::Audio(c) => (&c.format, "audio"),
             _ => continue,
         };
-        if let Some(f) = format
-            && !crate::backend::ffmpeg::input_format_exists(f.get_ref())
+        let expanded = |v: &toml::Spanned<String>, diags: &mut Diagnostics| match cfg.expand(v) {
+            Ok(s) => Some(s),
+            Err(d) => {
+                diags.push(d);
+                None
+            }
+        };
+        let format_name = format.as_ref().and_then(|f| expanded(f, &mut diags));
+        if let (Some(f), Some(name)) = (format, &format_name)
+            && !crate::backend::ffmpeg::input_format_exists(name)
         {
-            diags.push(cfg.diag(f.span(), format!("source `{}`: FFmpeg has no input format `{}`", node.name, f.get_ref())).with_help(
+            diags.push(cfg.diag(f.span(), format!("source `{}`: FFmpeg has no input format `{name}`", node.name)).with_help(
                 if what == "video" {
                     "e.g. rawvideo, mpegts, matroska, nut (ffmpeg -demuxers)"
                 } else {
@@ -296,7 +304,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             ));
             continue;
         }
-        let raw = format.as_ref().is_some_and(|f| f.get_ref() == "rawvideo");
+        let raw = format_name.as_deref() == Some("rawvideo");
         if let NodeKind::File(c) = &node.kind {
             if raw {
                 let missing: Vec<&str> = [("width", c.width.is_none()), ("height", c.height.is_none())]
@@ -318,10 +326,11 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                     }
                 }
                 if let Some(p) = &c.pixel_format
-                    && !crate::backend::ffmpeg::pixel_format_exists(p.get_ref())
+                    && let Some(pf) = expanded(p, &mut diags)
+                    && !crate::backend::ffmpeg::pixel_format_exists(&pf)
                 {
                     diags.push(
-                        cfg.diag(p.span(), format!("source `{}`: unknown pixel format `{}`", node.name, p.get_ref()))
+                        cfg.diag(p.span(), format!("source `{}`: unknown pixel format `{pf}`", node.name))
                             .with_help("e.g. yuv420p, nv12, rgb24, bgr24, gray (ffmpeg -pix_fmts)"),
                     );
                 }
@@ -347,7 +356,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             }
         }
         if let NodeKind::Audio(c) = &node.kind {
-            let pcm = format.as_ref().is_some_and(|f| is_raw_pcm(f.get_ref()));
+            let pcm = format_name.as_deref().is_some_and(is_raw_pcm);
             if pcm && c.input_rate.is_none() {
                 diags.push(
                     cfg.diag(format.as_ref().expect("pcm").span(), format!("source `{}`: raw audio needs input_rate", node.name))

@@ -34,7 +34,7 @@ impl AudioSource {
         if window == 0 || rate == 0 {
             return Err(cfg.diag(c.window.span(), "window and sample_rate must be positive"));
         }
-        let mut opts = InputOptions { format: c.format.as_ref().map(|f| f.get_ref().clone()), options: Vec::new() };
+        let mut opts = InputOptions { format: c.format.as_ref().map(|f| cfg.expand(f)).transpose()?, options: Vec::new() };
         if let Some(r) = &c.input_rate {
             opts.options.push(("sample_rate".into(), r.get_ref().to_string()));
         }

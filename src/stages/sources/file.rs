@@ -30,7 +30,7 @@ impl FileSource {
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
         // `-`: a stream piped in on stdin (its format probed unless `format` names it).
-        let decoder = VideoDecoder::open_with(&path, c.decoder_threads, &input_options(c)).map_err(|e| {
+        let decoder = VideoDecoder::open_with(&path, c.decoder_threads, &input_options(cfg, c)?).map_err(|e| {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
         })?;
@@ -46,17 +46,24 @@ impl FileSource {
 }
 
 /// The demuxer and its options: rawvideo's frame size, pixel format and rate.
-pub fn input_options(c: &FileSourceConfig) -> InputOptions {
-    let format = c.format.as_ref().map(|f| f.get_ref().clone());
+pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<InputOptions, Diagnostic> {
+    let format = c.format.as_ref().map(|f| cfg.expand(f)).transpose()?;
     let mut options = Vec::new();
     if format.as_deref() == Some("rawvideo") {
         if let (Some(w), Some(h)) = (&c.width, &c.height) {
             options.push(("video_size".to_string(), format!("{}x{}", w.get_ref(), h.get_ref())));
         }
-        options.push(("pixel_format".into(), c.pixel_format.as_ref().map_or("yuv420p".into(), |p| p.get_ref().clone())));
+        options.push(("pixel_format".into(), c.pixel_format.as_ref().map(|p| cfg.expand(p)).transpose()?.unwrap_or("yuv420p".into())));
         options.push(("framerate".into(), c.rate.as_ref().map_or("25".into(), |r| r.get_ref().to_string())));
     }
-    InputOptions { format, options }
+    Ok(InputOptions { format, options })
+}
+
+impl FileSource {
+    /// The input as shown in messages (`stdin` for `-`).
+    fn shown(&self) -> &std::path::Path {
+        if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }
+    }
 }
 
 impl Source for FileSource {
@@ -75,7 +82,7 @@ impl Source for FileSource {
         let i = &self.decoder.info;
         format!(
             "{} ({} {}x{}{}, decode: FFmpeg software{})",
-            if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }.display(),
+            self.shown().display(),
             i.codec,
             i.width,
             i.height,
@@ -101,7 +108,7 @@ impl Source for FileSource {
                 Ok(i) => i,
                 Err(e) => {
                     bad_frames += 1;
-                    tracing::warn!("{}: frame {seq}: {e}; skipped", self.path.display());
+                    tracing::warn!("{}: frame {seq}: {e}; skipped", self.shown().display());
                     continue;
                 }
             };
@@ -121,7 +128,10 @@ impl Source for FileSource {
         }
         let corrupt = self.decoder.corrupt_packets;
         if corrupt > 0 || bad_frames > 0 {
-            tracing::warn!("{}: {corrupt} corrupt packet(s) and {bad_frames} unusable frame(s) skipped", self.path.display());
+            tracing::warn!(
+                "{}: {corrupt} corrupt packet(s) (or an incomplete last frame) and {bad_frames} unusable frame(s) skipped",
+                self.shown().display()
+            );
         }
         ctx.note_decode_errors(corrupt + bad_frames);
         Ok(())
