@@ -19,6 +19,23 @@ pub fn stream_file_name(stream: &str) -> String {
     n
 }
 
+use crate::frame::Frame;
+
+/// Discards every frame (benchmarks measure the pipeline without output cost).
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn write(&mut self, _frame: &Frame) -> Result<(), StageError> {
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "null".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::stream_file_name;
@@ -36,21 +53,5 @@ mod tests {
             let n = stream_file_name(s);
             assert!(!n.contains('/') && n != ".." && n != "." && !n.starts_with('.'), "{s} -> {n}");
         }
-    }
-}
-use crate::frame::Frame;
-
-/// Discards every frame (benchmarks measure the pipeline without output cost).
-pub struct NullSink;
-
-impl Sink for NullSink {
-    fn write(&mut self, _frame: &Frame) -> Result<(), StageError> {
-        Ok(())
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-    fn describe(&self) -> String {
-        "null".into()
     }
 }

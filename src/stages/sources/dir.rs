@@ -295,6 +295,9 @@ impl DirSource {
     }
 }
 
+/// A file being read: its input token, next sequence number, time base, and whether it failed.
+type InProgress = (Arc<crate::frame::InputToken>, u64, (i32, i32), Arc<AtomicBool>);
+
 /// What a decoding worker sends to the source thread.
 enum Msg {
     Opened {
@@ -447,8 +450,7 @@ impl Source for DirSource {
                     .expect("spawn decoder thread");
             }
             drop(tx);
-            // Per file in progress: its input token, next sequence number, time base, and whether it failed.
-            let mut open: HashMap<usize, (Arc<crate::frame::InputToken>, u64, (i32, i32), Arc<AtomicBool>)> = HashMap::new();
+            let mut open: HashMap<usize, InProgress> = HashMap::new();
             loop {
                 if ctx.stopping() {
                     stop.store(true, Ordering::Release);
