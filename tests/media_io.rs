@@ -125,6 +125,27 @@ fn batch_processes_the_good_files_names_the_bad_ones_and_resumes() {
     let lines = read_ndjson(&output.join("day_2_c.mp4.ndjson"));
     assert_eq!(lines.len(), 9);
     assert!(lines.iter().all(|l| l["stream"] == "day 2/c.mp4"), "stream named by the relative path");
+
+    // A glob picks files by name: only the good ones here, so exit 0, into a fresh output folder.
+    let toml = dir.path().join("glob.toml");
+    let text = std::fs::read_to_string(root().join("pipelines/batch.toml"))
+        .unwrap()
+        .replace("path = \"${BATCH_INPUT:-../samples}\"", "glob = \"${BATCH_INPUT}/**/[abc].mp4\"")
+        .replace("../models/", &format!("{}/models/", root().display()));
+    std::fs::write(&toml, text).unwrap();
+    let fresh = dir.path().join("fresh");
+    let o = bin()
+        .args(["run", toml.to_str().unwrap(), "--progress", "never"])
+        .env("BATCH_INPUT", &input)
+        .env("BATCH_OUTPUT", &fresh)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("inputs: 3 complete, 0 failed"), "{err}");
+    for (name, frames) in good {
+        assert_eq!(read_ndjson(&fresh.join(format!("{}.ndjson", name.replace(' ', "_").replace('/', "_")))).len(), frames as usize);
+    }
 }
 
 /// Stop a batch mid-way (Ctrl-C, then SIGKILL), then finish it: every file's
@@ -183,7 +204,7 @@ fn stdin_container_piped_in_real_time_keeps_every_frame() {
     let out = tempfile::tempdir().unwrap();
     let sample = root().join("samples/text-720p.mp4");
     let want = ffprobe_frames(&sample);
-    for format in ["mpegts", "nut"] {
+    for format in ["mpegts", "matroska", "nut"] {
         let ndjson = out.path().join(format!("{format}.ndjson"));
         // Real-time pacing for the container most used live; as fast as possible for the other.
         let pace: &[&str] = if format == "mpegts" { &["-re"] } else { &[] };

@@ -204,7 +204,7 @@ pub fn main() -> ExitCode {
         }
         Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
             let opts = BenchOptions {
-                build: BuildOptions { ort_library, null_sinks, max_frames: frames },
+                build: BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false },
                 isolate,
                 warmup,
                 duration: duration.map(Duration::from_secs_f64),
@@ -253,7 +253,7 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
             }
         };
         if !no_models {
-            let opts = BuildOptions { ort_library: ort_library.clone(), ..Default::default() };
+            let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };
             let mut models = stages::ModelIo::new();
             for node in cfg.nodes.iter() {
                 let config::NodeKind::Infer(c) = &node.kind else {
@@ -416,7 +416,7 @@ fn run(
     metrics_addr: Option<SocketAddr>,
     quiet: bool,
 ) -> Result<u8> {
-    let opts = BuildOptions { ort_library, ..Default::default() };
+    let opts = BuildOptions { ort_library, batch_state: true, ..Default::default() };
     let (cfg, graph) = match load_checked(path) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),

@@ -95,6 +95,9 @@ pub struct BuildOptions {
     pub null_sinks: bool,
     /// Frames each source stops after (benchmarks).
     pub max_frames: Option<u64>,
+    /// `dir` sources read and write their batch state (skip files done, record
+    /// files finished). Set for `run`; a benchmark neither skips nor records.
+    pub batch_state: bool,
 }
 
 /// Load ONNX Runtime as the config and options say.
@@ -216,7 +219,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
                 None => continue,
             },
-            NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
+            NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size, opts.batch_state, opts.max_frames)
+                .map(|s| Body::Source(Box::new(s))),
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }

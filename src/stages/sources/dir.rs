@@ -118,6 +118,8 @@ pub struct DirSource {
     parallel: usize,
     decoder_threads: usize,
     max_frames: Option<u64>,
+    /// Frames in all, over every file (benchmarks).
+    limit: Option<u64>,
     pool: Pool<u8>,
 }
 
@@ -179,7 +181,16 @@ fn mtime_ns(m: &std::fs::Metadata) -> i128 {
 
 impl DirSource {
     /// List the files now, so an empty match or a missing folder is reported before anything runs.
-    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &DirSourceConfig, pool_size: usize) -> Result<Self, Diagnostic> {
+    /// `use_state`: read and write the batch state (runs; benchmarks neither skip files nor record them).
+    /// `limit`: frames in all (benchmarks).
+    pub fn build(
+        cfg: &PipelineConfig,
+        node: &NodeConfig,
+        c: &DirSourceConfig,
+        pool_size: usize,
+        use_state: bool,
+        limit: Option<u64>,
+    ) -> Result<Self, Diagnostic> {
         let (value, root, mut paths) = match (&c.path, &c.glob) {
             (Some(p), None) => {
                 let root = cfg.resolve_path(p)?;
@@ -235,7 +246,8 @@ impl DirSource {
         let state_path = match &c.state {
             Some(s) => Some(cfg.resolve_path(s)?),
             None => default_state(cfg)?,
-        };
+        }
+        .filter(|_| use_state);
         let state = match state_path {
             Some(p) => Some(Arc::new(BatchState::load(p).map_err(|e| {
                 let span = c.state.as_ref().map_or(node.kind_span.clone(), |s| s.span());
@@ -290,6 +302,7 @@ impl DirSource {
             parallel,
             decoder_threads: c.decoder_threads,
             max_frames: c.max_frames,
+            limit,
             pool: Pool::new(pool_size + 4 * parallel),
         })
     }
@@ -412,6 +425,10 @@ impl Source for DirSource {
         self.describe.clone()
     }
 
+    fn expected_frames(&self) -> Option<u64> {
+        self.limit
+    }
+
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
         let log = ctx.inputs().clone();
         let (skipped, skipped_failed) = (self.skipped, std::mem::take(&mut self.skipped_failed));
@@ -451,6 +468,7 @@ impl Source for DirSource {
             }
             drop(tx);
             let mut open: HashMap<usize, InProgress> = HashMap::new();
+            let mut emitted = 0u64;
             loop {
                 if ctx.stopping() {
                     stop.store(true, Ordering::Release);
@@ -505,15 +523,19 @@ impl Source for DirSource {
                         }
                         let frame = ctx.new_frame_of(token, *seq, pts, *tb, Some(Arc::new(image)));
                         *seq += 1;
-                        if !ctx.emit(frame) {
+                        emitted += 1;
+                        if !ctx.emit(frame) || self.limit.is_some_and(|l| emitted >= l) {
                             stop.store(true, Ordering::Release);
                         }
                     }
                     Msg::Done { file, result } => {
                         let entry = open.remove(&file);
                         match result {
-                            Ok(_) => {
-                                if let Some((token, ..)) = &entry {
+                            Ok(sent) => {
+                                // Complete only if every frame it decoded went downstream (none left behind by a stop).
+                                if let Some((token, emitted, ..)) = &entry
+                                    && *emitted == sent
+                                {
                                     token.read_to_end();
                                 }
                             }
