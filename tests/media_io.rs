@@ -144,7 +144,7 @@ fn batch_processes_the_good_files_names_the_bad_ones_and_resumes() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("inputs: 3 complete, 0 failed"), "{err}");
     for (name, frames) in good {
-        assert_eq!(read_ndjson(&fresh.join(format!("{}.ndjson", name.replace(' ', "_").replace('/', "_")))).len(), frames as usize);
+        assert_eq!(read_ndjson(&fresh.join(format!("{}.ndjson", name.replace([' ', '/'], "_")))).len(), frames as usize);
     }
 }
 
