@@ -172,3 +172,19 @@ impl Sink for NdjsonSink {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_stream_paths_stay_in_the_output_folder() {
+        let t = Path::new("/out/{stream}.ndjson");
+        assert_eq!(stream_path(t, "day 2/cam.mp4"), Path::new("/out/day_2_cam.mp4.ndjson"));
+        assert_eq!(stream_path(t, "../../etc/passwd"), Path::new("/out/_._.._etc_passwd.ndjson"));
+        assert_eq!(stream_path(Path::new("/out/run-{stream}-a.ndjson"), "cam"), Path::new("/out/run-cam-a.ndjson"));
+        for s in ["..", "../x", "/abs", "a/../../b", ".hidden"] {
+            assert_eq!(stream_path(t, s).parent(), Some(Path::new("/out")), "{s}");
+        }
+    }
+}
