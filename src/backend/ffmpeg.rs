@@ -42,6 +42,64 @@ pub fn versions() -> String {
     format!("libavcodec {}, libavformat {}, libavutil {}", v(ff::codec::version()), v(ff::format::version()), v(ff::util::version()))
 }
 
+/// How to open an input: a demuxer by name (else the format is probed) and
+/// its options (e.g. rawvideo's `pixel_format`, `video_size`, `framerate`).
+#[derive(Debug, Clone, Default)]
+pub struct InputOptions {
+    pub format: Option<String>,
+    pub options: Vec<(String, String)>,
+}
+
+/// The demuxer named `name`, if this FFmpeg has it.
+fn find_input_format(name: &str) -> Option<ff::format::Input> {
+    init();
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a lookup in FFmpeg's static demuxer table with a NUL-terminated name.
+    let ptr = unsafe { ffi::av_find_input_format(c.as_ptr()) };
+    // SAFETY: non-null demuxers are static and live for the whole process.
+    (!ptr.is_null()).then(|| unsafe { ff::format::Input::wrap(ptr as *mut _) })
+}
+
+/// Whether this FFmpeg has a demuxer named `name` (`rawvideo`, `mpegts`, `s16le`, ...).
+pub fn input_format_exists(name: &str) -> bool {
+    find_input_format(name).is_some()
+}
+
+/// Whether `name` is a pixel format FFmpeg knows (`yuv420p`, `rgb24`, `nv12`, `gray`, ...).
+pub fn pixel_format_exists(name: &str) -> bool {
+    init();
+    name.parse::<Pixel>().is_ok_and(|p| p != Pixel::None)
+}
+
+/// How messages name an input: `stdin` for `-`, a URL with its password masked.
+fn shown_name(path: &Path) -> String {
+    if path.as_os_str() == "-" { "stdin".to_string() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
+}
+
+/// Open `path` with `opts`. `-` means stdin.
+fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::Input, FfmpegError> {
+    init();
+    let stdin = path.as_os_str() == "-";
+    let shown = shown_name(path);
+    let path = if stdin { Path::new("pipe:0") } else { path };
+    let err = |source| FfmpegError::Open { path: shown.clone(), source };
+    let mut dict = ff::Dictionary::new();
+    for (k, v) in &opts.options {
+        dict.set(k, v);
+    }
+    match &opts.format {
+        None if opts.options.is_empty() => ff::format::input(&path).map_err(err),
+        None => ff::format::input_with_dictionary(&path, dict).map_err(err),
+        Some(name) => {
+            let f = find_input_format(name).ok_or(FfmpegError::Open { path: shown.clone(), source: ff::Error::DemuxerNotFound })?;
+            match ff::format::open_with(&path, &ff::Format::Input(f), dict).map_err(err)? {
+                ff::format::context::Context::Input(i) => Ok(i),
+                ff::format::context::Context::Output(_) => unreachable!("opened as an input"),
+            }
+        }
+    }
+}
+
 /// What the decoder knows about the stream before the first frame.
 #[derive(Debug, Clone)]
 pub struct StreamInfo {
@@ -53,6 +111,8 @@ pub struct StreamInfo {
     pub fps: Option<f64>,
     /// Frame count from the container, or estimated from duration × fps.
     pub frames: Option<u64>,
+    /// Frame count the container itself lists (mp4, mov), when it does.
+    pub declared_frames: Option<u64>,
 }
 
 /// A demuxer + video decoder for one input.
@@ -63,8 +123,8 @@ pub struct VideoDecoder {
     decoder: ff::decoder::Video,
     frame: ff::frame::Video,
     eof_sent: bool,
-    /// Why reading stopped, when it was not the end of the input.
-    read_error: Option<String>,
+    /// Why reading stopped, when it was not the end of the input (truncated file, I/O error).
+    pub read_error: Option<String>,
     /// Frames lost to corrupt data: packets the decoder rejected, frames it
     /// flagged as damaged, and the frames after them up to the next keyframe.
     pub skipped_frames: u64,
@@ -83,23 +143,22 @@ struct Burst {
 }
 
 impl VideoDecoder {
-    /// Open `path` (file or URL) and its best video stream. `threads = 0` lets FFmpeg choose.
+    /// Open `path` (file or URL, `-` for stdin) and its best video stream. `threads = 0` lets FFmpeg choose.
     pub fn open(path: &Path, threads: usize) -> Result<Self, FfmpegError> {
-        Self::open_with(path, threads, None)
+        Self::open_with(path, threads, &InputOptions::default())
+    }
+
+    /// As [`VideoDecoder::open`], with a named demuxer and its options.
+    pub fn open_with(path: &Path, threads: usize, opts: &InputOptions) -> Result<Self, FfmpegError> {
+        let input = open_input(path, opts)?;
+        Self::with_input(shown_name(path), input, threads, None)
     }
 
     /// Open for NVDEC decoding on `device`: frames come out as `Pixel::CUDA`
     /// (see [`cuda_planes`]). Fails when the codec has no CUDA hwaccel here.
     pub fn open_cuda(path: &Path, device: &HwDevice) -> Result<Self, FfmpegError> {
-        Self::open_with(path, 1, Some(device))
-    }
-
-    fn open_with(path: &Path, threads: usize, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
-        init();
-        // Messages name the input with any password masked.
-        let p = mask_credentials(&path.to_string_lossy()).into_owned();
-        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
-        Self::with_input(p, input, threads, hw)
+        let input = open_input(path, &InputOptions::default())?;
+        Self::with_input(shown_name(path), input, 1, Some(device))
     }
 
     /// Open a live URL with demuxer `options` (e.g. `rtsp_transport`, `timeout`)
@@ -138,6 +197,7 @@ impl VideoDecoder {
         let tb = stream.time_base();
         let rate = stream.avg_frame_rate();
         let fps = (rate.denominator() != 0 && rate.numerator() > 0).then(|| f64::from(rate));
+        let declared_frames = (stream.frames() > 0).then_some(stream.frames() as u64);
         let frames = match stream.frames() {
             n if n > 0 => Some(n as u64),
             _ => {
@@ -156,6 +216,7 @@ impl VideoDecoder {
             time_base: (tb.numerator(), tb.denominator()),
             fps,
             frames,
+            declared_frames,
         };
         Ok(VideoDecoder {
             path: p,
@@ -654,11 +715,16 @@ pub struct AudioDecoder {
 }
 
 impl AudioDecoder {
-    /// Open the best audio stream of `path` (an audio file or a video's audio track), resampled to `rate` Hz mono.
+    /// Open the best audio stream of `path` (an audio file or a video's audio track,
+    /// `-` for stdin), resampled to `rate` Hz mono.
     pub fn open(path: &Path, rate: u32) -> Result<Self, FfmpegError> {
-        init();
-        let p = mask_credentials(&path.to_string_lossy()).into_owned();
-        let input = ff::format::input(&path).map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
+        Self::open_with(path, rate, &InputOptions::default())
+    }
+
+    /// As [`AudioDecoder::open`], with a named demuxer (e.g. raw `s16le`) and its options.
+    pub fn open_with(path: &Path, rate: u32, opts: &InputOptions) -> Result<Self, FfmpegError> {
+        let p = shown_name(path);
+        let input = open_input(path, opts)?;
         let stream =
             input.streams().best(ff::media::Type::Audio).ok_or_else(|| FfmpegError::NoVideo { path: format!("{p} (no audio stream)") })?;
         let stream_index = stream.index();

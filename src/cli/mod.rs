@@ -30,6 +30,8 @@ pub mod exit {
     pub const RUNTIME: u8 = 1;
     /// Bad arguments or a pipeline file with errors.
     pub const CONFIG: u8 = 2;
+    /// The run finished, but some inputs (files of a `dir` source) failed: each is named in the summary.
+    pub const INPUTS_FAILED: u8 = 3;
     /// Stopped by a signal after a clean drain: 128 + signal (130 SIGINT, 143 SIGTERM).
     pub const SIGNAL_BASE: u8 = 128;
 }
@@ -46,6 +48,7 @@ Examples:
   infer-stream doctor
 
 Exit codes: 0 success, 1 runtime failure, 2 usage or pipeline-file error,
+3 some inputs of a batch failed (the others were processed),
 130/143 stopped by SIGINT/SIGTERM after draining (results flushed).";
 
 #[derive(Parser)]
@@ -211,7 +214,7 @@ pub fn main() -> ExitCode {
         }
         Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
             let opts = BenchOptions {
-                build: BuildOptions { ort_library, null_sinks, max_frames: frames },
+                build: BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false },
                 isolate,
                 warmup,
                 duration: duration.map(Duration::from_secs_f64),
@@ -279,7 +282,7 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
             }
         };
         if !no_models {
-            let opts = BuildOptions { ort_library: ort_library.clone(), ..Default::default() };
+            let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };
             let mut models = stages::ModelIo::new();
             for node in cfg.nodes.iter() {
                 let config::NodeKind::Infer(c) = &node.kind else {
@@ -442,7 +445,7 @@ fn run(
     metrics_addr: Option<SocketAddr>,
     quiet: bool,
 ) -> Result<u8> {
-    let opts = BuildOptions { ort_library, ..Default::default() };
+    let opts = BuildOptions { ort_library, batch_state: true, ..Default::default() };
     // Signals first: Ctrl-C while models load (a TensorRT engine build can take
     // minutes) stops the run before any frame with the documented exit code.
     let sd = Shutdown::new();
@@ -525,6 +528,10 @@ fn run(
     }
     if let Some(sig) = report.interrupted_by_signal {
         return Ok(exit::SIGNAL_BASE + sig as u8);
+    }
+    if let Some(i) = report.inputs.as_ref().filter(|i| !i.failed.is_empty()) {
+        eprintln!("error: {} input(s) failed (named above); the others were processed", i.failed.len());
+        return Ok(exit::INPUTS_FAILED);
     }
     Ok(exit::OK)
 }

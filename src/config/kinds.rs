@@ -14,6 +14,7 @@ use super::Role;
 pub enum NodeKind {
     File(FileSourceConfig),
     Rtsp(RtspSourceConfig),
+    Dir(DirSourceConfig),
     Audio(AudioSourceConfig),
     TestSrc(TestSrcConfig),
     Vad(VadConfig),
@@ -37,6 +38,7 @@ impl NodeKind {
         match self {
             NodeKind::File(_) => "file",
             NodeKind::Rtsp(_) => "rtsp",
+            NodeKind::Dir(_) => "dir",
             NodeKind::Audio(_) => "audio",
             NodeKind::TestSrc(_) => "testsrc",
             NodeKind::Vad(_) => "vad",
@@ -57,7 +59,7 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "audio", "testsrc"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "audio", "testsrc"];
 const STAGE_KINDS: &[&str] =
     &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
@@ -74,6 +76,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
     Ok(match (role, kind) {
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
         (Role::Source, "rtsp") => NodeKind::Rtsp(RtspSourceConfig::deserialize(d)?),
+        (Role::Source, "dir") => NodeKind::Dir(DirSourceConfig::deserialize(d)?),
         (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
         (Role::Source, "testsrc") => NodeKind::TestSrc(TestSrcConfig::deserialize(d)?),
         (Role::Stage, "vad") => NodeKind::Vad(VadConfig::deserialize(d)?),
@@ -109,6 +112,15 @@ pub struct FileSourceConfig {
     /// (queues then default to `drop_oldest`).
     #[serde(default)]
     pub realtime: bool,
+    /// Input format (an FFmpeg demuxer: `rawvideo`, `mpegts`, `matroska`, `nut`, ...); default: probed.
+    pub format: Option<Spanned<String>>,
+    /// rawvideo: pixel layout of the frames (`yuv420p`, `rgb24`, `nv12`, `gray`, ...; default yuv420p).
+    pub pixel_format: Option<Spanned<String>>,
+    /// rawvideo: frame size (required).
+    pub width: Option<Spanned<u32>>,
+    pub height: Option<Spanned<u32>>,
+    /// rawvideo: frames per second (default 25).
+    pub rate: Option<Spanned<f64>>,
     /// Hardware decoding: `auto` (NVDEC when a GPU and a CUDA hwaccel for the
     /// codec are there, software otherwise, reported either way), `cuda`
     /// (NVDEC or an error), `none` (software).
@@ -116,6 +128,37 @@ pub struct FileSourceConfig {
     /// CUDA device for `hwaccel`.
     #[serde(default)]
     pub device_id: usize,
+}
+
+/// `kind = "dir"`: every media file of a folder (or matching a glob), one
+/// stream per file, in path order; resumable through a state file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirSourceConfig {
+    /// A folder (relative to the pipeline file).
+    pub path: Option<Spanned<String>>,
+    /// Or a glob such as `recordings/*.mp4` (`**` for any depth).
+    pub glob: Option<Spanned<String>>,
+    /// With `path`: also files in subfolders.
+    #[serde(default)]
+    pub recursive: bool,
+    /// Only files with these extensions (case-insensitive, without the dot); default: every file.
+    pub extensions: Option<Vec<String>>,
+    /// Files decoded at once.
+    #[serde(default = "one_nz")]
+    pub parallel: Spanned<std::num::NonZeroUsize>,
+    /// Decoder threads per file; 0 lets FFmpeg choose.
+    #[serde(default)]
+    pub decoder_threads: usize,
+    /// Stop each file after this many frames.
+    pub max_frames: Option<u64>,
+    /// The batch state file (files done, files failed); default: `.infer-stream-batch.json`
+    /// in the folder of the first `{stream}` NDJSON output, else none (no resume).
+    pub state: Option<Spanned<String>>,
+}
+
+fn one_nz() -> Spanned<std::num::NonZeroUsize> {
+    Spanned::new(0..0, std::num::NonZeroUsize::MIN)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -248,6 +291,12 @@ pub struct AudioSourceConfig {
     pub window: Spanned<usize>,
     /// Samples between window starts (default: the window, no overlap).
     pub hop: Option<usize>,
+    /// Input format (an FFmpeg demuxer), e.g. raw PCM `s16le` or `f32le` on stdin; default: probed.
+    pub format: Option<Spanned<String>>,
+    /// Raw PCM: the rate of the samples coming in (`sample_rate` is the rate they are resampled to).
+    pub input_rate: Option<Spanned<u32>>,
+    /// Raw PCM: interleaved channels coming in (default 1).
+    pub channels: Option<Spanned<u32>>,
 }
 
 fn audio_rate() -> Spanned<u32> {

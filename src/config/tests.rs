@@ -310,3 +310,29 @@ fn diagnostics_never_show_a_password() {
     let g = crate::graph::check(&cfg.unwrap()).unwrap_err().to_string();
     assert!(!g.contains("hunter2") && g.contains("watchdog_ms"), "{g}");
 }
+
+#[test]
+fn raw_inputs_say_what_their_bytes_are() {
+    let sink = "[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n";
+    // rawvideo without a size; an unknown pixel format; an unknown demuxer.
+    let src = format!("[sources.cam]\nkind = \"file\"\nuri = \"-\"\nformat = \"rawvideo\"\npixel_format = \"yuv999\"\n{sink}");
+    assert_eq!(
+        headlines(&src),
+        ["p.toml:4:10: source `cam`: rawvideo needs width and height", "p.toml:5:16: source `cam`: unknown pixel format `yuv999`"]
+    );
+    let src = format!("[sources.cam]\nkind = \"file\"\nuri = \"-\"\nformat = \"nosuchformat\"\n{sink}");
+    assert_eq!(headlines(&src), ["p.toml:4:10: source `cam`: FFmpeg has no input format `nosuchformat`"]);
+    // Raw-video keys without rawvideo.
+    let src = format!("[sources.cam]\nkind = \"file\"\nuri = \"-\"\nwidth = 320\n{sink}");
+    assert_eq!(headlines(&src), ["p.toml:4:9: source `cam`: pixel_format, width, height and rate describe raw video"]);
+    let ok = format!(
+        "[sources.cam]\nkind = \"file\"\nuri = \"-\"\nformat = \"rawvideo\"\npixel_format = \"nv12\"\nwidth = 320\nheight = 240\n{sink}"
+    );
+    assert_eq!(headlines(&ok), Vec::<String>::new());
+    // Raw PCM needs its input rate; input_rate without raw PCM is a mistake.
+    let audio = "[sinks.out]\nkind = \"null\"\ninputs = [\"mic\"]\n";
+    let src = format!("[sources.mic]\nkind = \"audio\"\nuri = \"-\"\nformat = \"s16le\"\nchannels = 2\n{audio}");
+    assert_eq!(headlines(&src), ["p.toml:4:10: source `mic`: raw audio needs input_rate"]);
+    let src = format!("[sources.mic]\nkind = \"audio\"\nuri = \"in.wav\"\ninput_rate = 44100\n{audio}");
+    assert_eq!(headlines(&src), ["p.toml:4:14: source `mic`: input_rate and channels describe raw audio"]);
+}

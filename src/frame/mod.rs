@@ -13,7 +13,7 @@ use std::time::Instant;
 pub use event::{Event, EventKind};
 pub use letterbox::Letterbox;
 pub use pool::{Pool, PoolBuf};
-pub use ticket::{Accounting, Counts, Ticket};
+pub use ticket::{Accounting, Counts, InputEnd, InputToken, OnInputEnd, Ticket};
 
 /// Pixel layout of a decoded image (FFmpeg's names; GStreamer maps onto them).
 pub type PixelFormat = ffmpeg_next::format::Pixel;

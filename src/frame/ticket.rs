@@ -5,8 +5,8 @@
 //! gone the ticket settles into exactly one counter. A frame that vanished
 //! without a mark is counted as `lost`, which the summary reports as a bug.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 const SUNK: u8 = 1;
 const DROPPED: u8 = 2;
@@ -55,8 +55,89 @@ impl Accounting {
 
     /// A ticket for a newly decoded frame.
     pub fn issue(self: &Arc<Self>) -> Arc<Ticket> {
+        self.issue_for(None)
+    }
+
+    /// A ticket for a newly decoded frame of one input of a multi-input source.
+    pub fn issue_for(self: &Arc<Self>, input: Option<Arc<InputToken>>) -> Arc<Ticket> {
         self.decoded.fetch_add(1, Ordering::AcqRel);
-        Arc::new(Ticket { state: AtomicU8::new(0), acct: self.clone() })
+        if let Some(i) = &input {
+            i.decoded.fetch_add(1, Ordering::AcqRel);
+        }
+        Arc::new(Ticket { state: AtomicU8::new(0), acct: self.clone(), input })
+    }
+}
+
+/// How one input (a file of a `dir` source) ended.
+#[derive(Debug, Clone)]
+pub struct InputEnd {
+    /// The input's stream name.
+    pub stream: Arc<str>,
+    /// The source read it to its end (not stopped, not failed).
+    pub read_to_end: bool,
+    pub decoded: u64,
+    pub processed: u64,
+    pub dropped: u64,
+    pub failed: u64,
+}
+
+/// Called once when an input has ended.
+pub type OnInputEnd = Box<dyn FnOnce(InputEnd) + Send>;
+
+/// One input of a multi-input source. The source holds it while it reads the
+/// input and every frame's ticket holds it, so it ends (drops) only when the
+/// source is done with the input and every frame of it has settled: nothing
+/// downstream holds any of its frames any more.
+pub struct InputToken {
+    pub stream: Arc<str>,
+    read_to_end: AtomicBool,
+    decoded: AtomicU64,
+    processed: AtomicU64,
+    dropped: AtomicU64,
+    failed: AtomicU64,
+    on_end: Mutex<Option<OnInputEnd>>,
+}
+
+impl std::fmt::Debug for InputToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InputToken({})", self.stream)
+    }
+}
+
+impl InputToken {
+    pub fn new(stream: Arc<str>, on_end: OnInputEnd) -> Arc<Self> {
+        Arc::new(InputToken {
+            stream,
+            read_to_end: AtomicBool::new(false),
+            decoded: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            on_end: Mutex::new(Some(on_end)),
+        })
+    }
+    /// The source read the whole input successfully.
+    pub fn read_to_end(&self) {
+        self.read_to_end.store(true, Ordering::Release);
+    }
+    pub fn frames_decoded(&self) -> u64 {
+        self.decoded.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for InputToken {
+    fn drop(&mut self) {
+        let end = InputEnd {
+            stream: self.stream.clone(),
+            read_to_end: *self.read_to_end.get_mut(),
+            decoded: *self.decoded.get_mut(),
+            processed: *self.processed.get_mut(),
+            dropped: *self.dropped.get_mut(),
+            failed: *self.failed.get_mut(),
+        };
+        if let Some(f) = self.on_end.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            f(end);
+        }
     }
 }
 
@@ -65,6 +146,8 @@ impl Accounting {
 pub struct Ticket {
     state: AtomicU8,
     acct: Arc<Accounting>,
+    /// The input this frame came from (multi-input sources): counted there too.
+    input: Option<Arc<InputToken>>,
 }
 
 impl Ticket {
@@ -86,16 +169,19 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let s = *self.state.get_mut();
         // A frame that reached any sink was delivered, even if another branch lost it.
-        let counter = if s & SUNK != 0 {
-            &self.acct.processed
+        let (counter, per_input) = if s & SUNK != 0 {
+            (&self.acct.processed, self.input.as_ref().map(|i| &i.processed))
         } else if s & FAILED != 0 {
-            &self.acct.failed
+            (&self.acct.failed, self.input.as_ref().map(|i| &i.failed))
         } else if s & DROPPED != 0 {
-            &self.acct.dropped
+            (&self.acct.dropped, self.input.as_ref().map(|i| &i.dropped))
         } else {
-            &self.acct.lost
+            (&self.acct.lost, None)
         };
         counter.fetch_add(1, Ordering::AcqRel);
+        if let Some(c) = per_input {
+            c.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -120,6 +206,25 @@ mod tests {
         let n = acct.snapshot();
         assert_eq!((n.decoded, n.processed, n.dropped, n.failed, n.lost), (3, 1, 1, 1, 0));
         assert!(n.balanced());
+    }
+
+    #[test]
+    fn an_input_ends_when_its_last_frame_settles() {
+        let acct = Arc::new(Accounting::default());
+        let ended = Arc::new(Mutex::new(None));
+        let e2 = ended.clone();
+        let input = InputToken::new("a.mp4".into(), Box::new(move |end| *e2.lock().unwrap() = Some(end)));
+        let a = acct.issue_for(Some(input.clone()));
+        let b = acct.issue_for(Some(input.clone()));
+        input.read_to_end();
+        drop(input);
+        a.sunk();
+        drop(a);
+        assert!(ended.lock().unwrap().is_none(), "a frame is still in flight");
+        b.failed();
+        drop(b);
+        let end = ended.lock().unwrap().take().expect("ended");
+        assert_eq!((&*end.stream, end.read_to_end, end.decoded, end.processed, end.failed), ("a.mp4", true, 2, 1, 1));
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl DataType {
 
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
-        NodeKind::File(_) | NodeKind::Rtsp(_) => DataType::Video,
+        NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) => DataType::Audio,
         NodeKind::TestSrc(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
@@ -300,6 +300,106 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    // Input formats: a demuxer FFmpeg has; raw video and raw audio say what the bytes are.
+    for node in &cfg.nodes {
+        let (format, what) = match &node.kind {
+            NodeKind::File(c) => (&c.format, "video"),
+            NodeKind::Audio(c) => (&c.format, "audio"),
+            _ => continue,
+        };
+        let expanded = |v: &toml::Spanned<String>, diags: &mut Diagnostics| match cfg.expand(v) {
+            Ok(s) => Some(s),
+            Err(d) => {
+                diags.push(d);
+                None
+            }
+        };
+        let format_name = format.as_ref().and_then(|f| expanded(f, &mut diags));
+        if let (Some(f), Some(name)) = (format, &format_name)
+            && !crate::backend::ffmpeg::input_format_exists(name)
+        {
+            diags.push(cfg.diag(f.span(), format!("source `{}`: FFmpeg has no input format `{name}`", node.name)).with_help(
+                if what == "video" {
+                    "e.g. rawvideo, mpegts, matroska, nut (ffmpeg -demuxers)"
+                } else {
+                    "e.g. s16le, f32le, wav (ffmpeg -demuxers)"
+                },
+            ));
+            continue;
+        }
+        let raw = format_name.as_deref() == Some("rawvideo");
+        if let NodeKind::File(c) = &node.kind {
+            if raw {
+                let missing: Vec<&str> = [("width", c.width.is_none()), ("height", c.height.is_none())]
+                    .into_iter()
+                    .filter_map(|(k, m)| m.then_some(k))
+                    .collect();
+                if !missing.is_empty() {
+                    diags.push(
+                        cfg.diag(
+                            format.as_ref().expect("raw").span(),
+                            format!("source `{}`: rawvideo needs {}", node.name, missing.join(" and ")),
+                        )
+                        .with_help("raw frames carry no header: set width, height (and pixel_format, rate) as the sender wrote them"),
+                    );
+                }
+                for v in [&c.width, &c.height].into_iter().flatten() {
+                    if *v.get_ref() == 0 || *v.get_ref() > 16384 {
+                        diags.push(cfg.diag(v.span(), format!("source `{}`: sizes must be 1–16384, got {}", node.name, v.get_ref())));
+                    }
+                }
+                if let Some(p) = &c.pixel_format
+                    && let Some(pf) = expanded(p, &mut diags)
+                    && !crate::backend::ffmpeg::pixel_format_exists(&pf)
+                {
+                    diags.push(
+                        cfg.diag(p.span(), format!("source `{}`: unknown pixel format `{pf}`", node.name))
+                            .with_help("e.g. yuv420p, nv12, rgb24, bgr24, gray (ffmpeg -pix_fmts)"),
+                    );
+                }
+                if let Some(r) = &c.rate
+                    && !(*r.get_ref() > 0.0 && *r.get_ref() <= 1000.0)
+                {
+                    diags.push(cfg.diag(r.span(), format!("source `{}`: rate must be in (0, 1000], got {}", node.name, r.get_ref())));
+                }
+            } else if let Some(span) = [
+                c.pixel_format.as_ref().map(|v| v.span()),
+                c.width.as_ref().map(|v| v.span()),
+                c.height.as_ref().map(|v| v.span()),
+                c.rate.as_ref().map(|v| v.span()),
+            ]
+            .into_iter()
+            .flatten()
+            .next()
+            {
+                diags.push(
+                    cfg.diag(span, format!("source `{}`: pixel_format, width, height and rate describe raw video", node.name))
+                        .with_help("add format = \"rawvideo\", or remove them (other formats say what they hold)"),
+                );
+            }
+        }
+        if let NodeKind::Audio(c) = &node.kind {
+            let pcm = format_name.as_deref().is_some_and(is_raw_pcm);
+            if pcm && c.input_rate.is_none() {
+                diags.push(
+                    cfg.diag(format.as_ref().expect("pcm").span(), format!("source `{}`: raw audio needs input_rate", node.name))
+                        .with_help("set input_rate (and channels) as the sender wrote them, e.g. input_rate = 44100, channels = 2"),
+                );
+            }
+            if !pcm && let Some(span) = c.input_rate.as_ref().map(|v| v.span()).or(c.channels.as_ref().map(|v| v.span())) {
+                diags.push(
+                    cfg.diag(span, format!("source `{}`: input_rate and channels describe raw audio", node.name))
+                        .with_help("add format = \"s16le\" (or f32le, ...), or remove them"),
+                );
+            }
+            for v in [&c.input_rate, &c.channels].into_iter().flatten() {
+                if *v.get_ref() == 0 {
+                    diags.push(cfg.diag(v.span(), format!("source `{}`: must be positive", node.name)));
+                }
+            }
+        }
+    }
+
     // A crop's `orientation` must name a classification stage.
     for node in &cfg.nodes {
         if let NodeKind::Crop(c) = &node.kind
@@ -464,6 +564,12 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
 }
 
 /// Kahn's algorithm; on a cycle, returns one cycle's nodes in flow order.
+/// Raw PCM demuxers (`s16le`, `f32le`, `u8`, `alaw`, ...): their bytes carry no rate or channel count.
+pub fn is_raw_pcm(format: &str) -> bool {
+    let f = format.trim_end_matches("le").trim_end_matches("be");
+    matches!(f, "s8" | "u8" | "s16" | "u16" | "s24" | "u24" | "s32" | "u32" | "f32" | "f64" | "alaw" | "mulaw")
+}
+
 fn topo_order(producers: &[Vec<usize>]) -> Result<Vec<usize>, Vec<usize>> {
     let n = producers.len();
     let mut indeg: Vec<usize> = producers.iter().map(Vec::len).collect();

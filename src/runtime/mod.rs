@@ -1,6 +1,7 @@
 //! Runs a built pipeline: one thread per node, bounded crossbeam channels
 //! between them, frames accounted for, and an orderly drain on shutdown.
 
+pub mod ends;
 pub mod report;
 pub mod stats;
 pub mod trace;
@@ -14,10 +15,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
-use crate::frame::{Accounting, Event, EventKind, Frame, Image};
+use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken};
 use crate::graph::Graph;
 use crate::stages::{Body, StageError};
-pub use report::RunReport;
+pub use ends::StreamEnds;
+pub use report::{InputLog, RunReport};
 pub use stats::{NodeStats, StreamEvent};
 
 /// Why and whether the pipeline is stopping.
@@ -198,6 +200,9 @@ pub struct SourceCtx<'a> {
     busy_since: Instant,
     trace: Option<trace::TraceBuf>,
     last_emit: Instant,
+    /// Where ended inputs go to be closed by the sinks (multi-input sources).
+    ends: Option<Arc<StreamEnds>>,
+    inputs: Arc<InputLog>,
 }
 
 impl<'a> SourceCtx<'a> {
@@ -221,6 +226,8 @@ impl<'a> SourceCtx<'a> {
             busy_since: Instant::now(),
             trace: None,
             last_emit: Instant::now(),
+            ends: None,
+            inputs: Arc::new(InputLog::default()),
         }
     }
 
@@ -228,6 +235,53 @@ impl<'a> SourceCtx<'a> {
     pub fn with_events(mut self, events: &'a dyn Fn(Arc<Event>)) -> Self {
         self.events = Some(events);
         self
+    }
+
+    /// Outcomes of this source's inputs (multi-input sources record into it).
+    pub fn inputs(&self) -> &Arc<InputLog> {
+        &self.inputs
+    }
+
+    /// Start one input of a multi-input source, its own stream named `stream`.
+    /// `on_flushed` runs once the input has ended (the source dropped the token
+    /// and every frame of it settled) and every sink closed the stream; its
+    /// `bool` says whether all sinks did so without error.
+    pub fn open_input(&self, stream: Arc<str>, on_flushed: impl FnOnce(InputEnd, bool) + Send + 'static) -> Arc<InputToken> {
+        let ends = self.ends.clone();
+        InputToken::new(
+            stream,
+            Box::new(move |end: InputEnd| match ends {
+                Some(hub) => {
+                    let s = end.stream.clone();
+                    hub.ended(s, Box::new(move |ok| on_flushed(end, ok)));
+                }
+                None => on_flushed(end, true),
+            }),
+        )
+    }
+
+    /// A new frame of one input (its own stream), with its accounting ticket.
+    pub fn new_frame_of(
+        &self,
+        input: &Arc<InputToken>,
+        seq: u64,
+        pts: Option<i64>,
+        time_base: (i32, i32),
+        image: Option<Arc<Image>>,
+    ) -> Frame {
+        Frame {
+            stream: input.stream.clone(),
+            stream_index: self.index,
+            seq,
+            pts,
+            time_base,
+            created: Instant::now(),
+            image,
+            audio: None,
+            results: Vec::new(),
+            ticket: self.acct.issue_for(Some(input.clone())),
+            queued_at: None,
+        }
     }
 
     pub fn stopping(&self) -> bool {
@@ -448,6 +502,25 @@ impl Pipeline {
         let decoders: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.decode.clone()?))).collect();
         let mut inputs: Vec<Option<Receiver<Msg>>> = queues.into_iter().map(|q| q.map(|q| q.rx)).collect();
         let source_errors = Arc::new(Mutex::new(Vec::new()));
+        // Sinks in order, each with the receiver of streams to close.
+        let sink_index: Vec<Option<usize>> = {
+            let mut k = 0;
+            self.nodes
+                .iter()
+                .map(|n| {
+                    matches!(n.body, Body::Sink(_)).then(|| {
+                        k += 1;
+                        k - 1
+                    })
+                })
+                .collect()
+        };
+        let (ends, mut end_rxs) = StreamEnds::new(sink_index.iter().flatten().count());
+        let mut end_rxs: Vec<Option<Receiver<Arc<str>>>> = {
+            let mut v: Vec<Option<Receiver<Arc<str>>>> = end_rxs.drain(..).map(Some).collect();
+            sink_index.iter().map(|k| k.and_then(|k| v[k].take())).collect()
+        };
+        let input_log = Arc::new(InputLog::default());
 
         let mut handles = Vec::new();
         for ((i, node), out) in self.nodes.into_iter().enumerate().zip(outputs) {
@@ -457,9 +530,10 @@ impl Pipeline {
             let acct = acct.clone();
             let errs = source_errors.clone();
             let tb = self.tracer.as_ref().map(|t| t.buffer(i as u32 + 1, &node.name));
+            let links = Links { ends: ends.clone(), sink: sink_index[i].zip(end_rxs[i].take()), inputs: input_log.clone() };
             let h = std::thread::Builder::new()
                 .name(format!("node:{}", node.name))
-                .spawn(move || run_node(i as u32, node, rx, out, st, sd, acct, errs, tb))
+                .spawn(move || run_node(i as u32, node, rx, out, st, sd, acct, errs, tb, links))
                 .expect("spawn node thread");
             handles.push(h);
         }
@@ -481,6 +555,7 @@ impl Pipeline {
         let mut report = RunReport::new(self.name, &stats, acct.snapshot(), wall, shutdown.signal(), shutdown.fatal(), errors);
         report.providers = providers;
         report.decoders = decoders;
+        report.inputs = input_log.summary();
         report.first_result_ms = stats.iter().filter_map(|s| s.first_out.get()).min().map(|t| (*t - started).as_secs_f64() * 1e3);
         report
     }
@@ -499,6 +574,14 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
 }
 
+/// What connects a node to the ends of streams.
+struct Links {
+    ends: Arc<StreamEnds>,
+    /// For a sink: its index among the sinks and where ended streams arrive.
+    sink: Option<(usize, Receiver<Arc<str>>)>,
+    inputs: Arc<InputLog>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_node(
     index: u32,
@@ -510,6 +593,7 @@ fn run_node(
     acct: Arc<Accounting>,
     errs: Arc<Mutex<Vec<String>>>,
     mut trace: Option<trace::TraceBuf>,
+    links: Links,
 ) {
     let Node { name, body, on_error, role, .. } = node;
     match body {
@@ -518,6 +602,8 @@ fn run_node(
             let events = |e: Arc<Event>| out.send_event(e);
             let mut ctx = SourceCtx::new(name.clone(), index, &sd, &acct, &st, &mut emit).with_events(&events);
             ctx.trace = trace.take();
+            ctx.ends = Some(links.ends.clone());
+            ctx.inputs = links.inputs.clone();
             let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
             ctx.finish();
             let err = match r {
@@ -635,8 +721,26 @@ fn run_node(
         }
         Body::Sink(mut sink) => {
             let rx = rx.expect("sink has an input");
+            let (sink_no, end_rx) = links.sink.expect("sink has an index");
             let mut dead = false;
-            for msg in rx.iter() {
+            loop {
+                // Frames and stream events, and streams that ended (every frame of them written): close those.
+                let msg = crossbeam_channel::select! {
+                    recv(rx) -> f => match f {
+                        Ok(f) => f,
+                        Err(_) => break,
+                    },
+                    recv(end_rx) -> s => {
+                        if let Ok(stream) = s {
+                            let r = catch_unwind(AssertUnwindSafe(|| sink.end_stream(&stream))).unwrap_or_else(|p| Err(panic_message(p)));
+                            if let Err(e) = &r {
+                                tracing::error!("sink `{name}`: closing stream `{stream}`: {e}");
+                            }
+                            links.ends.closed(sink_no, &stream, r.is_ok() && !dead);
+                        }
+                        continue;
+                    }
+                };
                 let frame = match msg {
                     Msg::Frame(f) => f,
                     Msg::Event(e) => {
@@ -691,9 +795,11 @@ fn run_node(
                     }
                 }
             }
-            if let Err(e) = catch_unwind(AssertUnwindSafe(|| sink.finish())).unwrap_or_else(|p| Err(panic_message(p))) {
+            let finished = catch_unwind(AssertUnwindSafe(|| sink.finish())).unwrap_or_else(|p| Err(panic_message(p)));
+            if let Err(e) = &finished {
                 sd.fail(format!("sink `{name}`: {e}"));
             }
+            links.ends.sink_finished(sink_no, finished.is_ok() && !dead);
         }
     }
     let _ = role;

@@ -84,6 +84,74 @@ pub struct RunReport {
     pub decoders: Vec<(String, String)>,
     /// From the start of the run to the first frame written by a sink.
     pub first_result_ms: Option<f64>,
+    /// Inputs of multi-input sources (`dir`): complete, skipped, failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<InputsReport>,
+}
+
+/// An input that could not be processed, and why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FailedInput {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What became of the inputs of multi-input sources.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct InputsReport {
+    /// Read to the end, every sink flushed their results (recorded as complete).
+    pub complete: u64,
+    /// Complete in an earlier run (its state file says so), not read again.
+    pub skipped: u64,
+    /// Failed before, unchanged since, not read again (still counted in `failed`).
+    pub skipped_failed: u64,
+    /// Started but not finished (the run was stopped): redone by the next run.
+    pub incomplete: u64,
+    /// Failed (this run or, unchanged, an earlier one), in path order.
+    pub failed: Vec<FailedInput>,
+}
+
+/// Collects input outcomes while a pipeline runs (sources and sink threads record into it).
+#[derive(Debug, Default)]
+pub struct InputLog {
+    used: std::sync::atomic::AtomicBool,
+    report: std::sync::Mutex<InputsReport>,
+}
+
+impl InputLog {
+    /// Record into the report (and say there are inputs to report).
+    pub fn record(&self, f: impl FnOnce(&mut InputsReport)) {
+        self.used.store(true, Ordering::Release);
+        f(&mut self.report.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The report, when some source recorded inputs.
+    pub fn summary(&self) -> Option<InputsReport> {
+        if !self.used.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        r.failed.sort_by(|a, b| a.path.cmp(&b.path));
+        Some(r)
+    }
+}
+
+impl InputsReport {
+    /// `inputs: 3 complete, 2 skipped (already complete), 1 failed`.
+    pub fn line(&self) -> String {
+        let mut s = format!("inputs: {} complete", self.complete);
+        if self.skipped > 0 {
+            let _ = write!(s, ", skipped {} already complete", self.skipped);
+        }
+        if self.incomplete > 0 {
+            let _ = write!(s, ", {} stopped before the end (redone next run)", self.incomplete);
+        }
+        let _ = write!(s, ", {} failed", self.failed.len());
+        if self.skipped_failed > 0 {
+            let _ = write!(s, " ({} of them unchanged since they failed before, not read again)", self.skipped_failed);
+        }
+        s
+    }
 }
 
 impl RunReport {
@@ -140,6 +208,7 @@ impl RunReport {
             providers: Vec::new(),
             decoders: Vec::new(),
             first_result_ms: None,
+            inputs: None,
         }
     }
 
@@ -220,6 +289,12 @@ impl RunReport {
         }
         if let Some(ms) = self.first_result_ms {
             let _ = writeln!(s, "time to first result: {ms:.0} ms after the pipeline started");
+        }
+        if let Some(i) = &self.inputs {
+            let _ = writeln!(s, "{}", i.line());
+            for f in &i.failed {
+                let _ = writeln!(s, "  failed: {}: {}", f.path, f.reason);
+            }
         }
         let _ = writeln!(s, "{}", self.accounting_line());
         let _ = write!(s, "wall {:.2} s, {:.2} frames/s through the pipeline", self.wall_seconds, self.fps());

@@ -81,6 +81,11 @@ pub trait Sink: Send {
     }
     fn finish(&mut self) -> Result<(), String>;
     fn describe(&self) -> String;
+    /// A stream has ended and every frame of it has been written here: flush
+    /// and close what belongs to it alone (per-stream files, open cues).
+    fn end_stream(&mut self, _stream: &str) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A built node body.
@@ -99,6 +104,9 @@ pub struct BuildOptions {
     pub null_sinks: bool,
     /// Frames each source stops after (benchmarks).
     pub max_frames: Option<u64>,
+    /// `dir` sources read and write their batch state (skip files done, record
+    /// files finished). Set for `run`; a benchmark neither skips nor records.
+    pub batch_state: bool,
 }
 
 /// `img` in host memory: itself, or a download of a device image (NVDEC
@@ -235,6 +243,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
                 None => continue,
             },
+            NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size, opts.batch_state, opts.max_frames)
+                .map(|s| Body::Source(Box::new(s))),
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }

@@ -3,10 +3,16 @@
 //! Each line is formatted whole and written with a single `write`, so a
 //! reader tailing the file never sees half a line from a live run, and a
 //! killed process leaves at most a partial last line.
+//!
+//! With `{stream}` in the path, each stream gets its own file (the stream
+//! name made file-name safe, so it cannot leave the folder), opened at the
+//! stream's first frame (or when it ends with none) and closed when it ends.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -17,37 +23,70 @@ use crate::stages::{Sink, StageError};
 enum Out {
     File(File),
     Stdout(std::io::Stdout),
+    /// One file per stream: the path with `{stream}` replaced.
+    PerStream {
+        open: HashMap<Arc<str>, File>,
+        /// Streams whose file was opened by this run (reopened later: appended, not truncated).
+        opened: HashSet<Arc<str>>,
+    },
 }
 
 pub struct NdjsonSink {
     out: Out,
     path: PathBuf,
+    append: bool,
     line: Vec<u8>,
     lines: u64,
+}
+
+/// Open `path` for writing, creating its folder.
+fn open_file(path: &Path, append: bool) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(path)
 }
 
 impl NdjsonSink {
     /// Open (create or truncate) the output now, so a bad path fails before the run.
     pub fn build(cfg: &PipelineConfig, c: &NdjsonSinkConfig) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.path)?;
+        let per_stream = c.path.get_ref().contains("{stream}");
         let out = if path.as_os_str() == "-" {
             Out::Stdout(std::io::stdout())
-        } else {
+        } else if per_stream {
+            if path.file_name().is_none_or(|n| !n.to_string_lossy().contains("{stream}")) {
+                return Err(cfg
+                    .diag(c.path.span(), "`{stream}` may only appear in the file name")
+                    .with_help("e.g. path = \"out/{stream}.ndjson\""));
+            }
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| cfg.diag(c.path.span(), format!("cannot create folder {}: {e}", dir.display())))?;
             }
-            let f = OpenOptions::new()
-                .create(true)
-                .write(true)
-                .append(c.append)
-                .truncate(!c.append)
-                .open(&path)
+            Out::PerStream { open: HashMap::new(), opened: HashSet::new() }
+        } else {
+            let f = open_file(&path, c.append)
                 .map_err(|e| cfg.diag(c.path.span(), format!("cannot open {} for writing: {e}", path.display())))?;
             Out::File(f)
         };
-        Ok(NdjsonSink { out, path, line: Vec::with_capacity(4096), lines: 0 })
+        Ok(NdjsonSink { out, path, append: c.append, line: Vec::with_capacity(4096), lines: 0 })
     }
+}
+
+/// The file of `stream` for a `{stream}` path template.
+pub fn stream_path(template: &Path, stream: &str) -> PathBuf {
+    let name = template.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    template.with_file_name(name.replace("{stream}", &super::stream_file_name(stream)))
+}
+
+/// Open the file of `stream`: truncated the first time in this run (a file
+/// redone replaces its old output), appended when reopened.
+fn open_stream(template: &Path, append: bool, opened: &mut HashSet<Arc<str>>, stream: &Arc<str>) -> Result<File, String> {
+    let p = stream_path(template, stream);
+    let f = open_file(&p, append || opened.contains(stream)).map_err(|e| format!("cannot open {} for writing: {e}", p.display()))?;
+    opened.insert(stream.clone());
+    Ok(f)
 }
 
 /// The JSON object written for one frame.
@@ -72,14 +111,21 @@ pub fn frame_json(frame: &Frame) -> Value {
 }
 
 impl NdjsonSink {
-    /// Write `self.line` plus a newline with one write.
-    fn write_line(&mut self) -> Result<(), StageError> {
+    /// Write `self.line` plus a newline with one write, to `stream`'s output.
+    fn write_line(&mut self, stream: &Arc<str>) -> Result<(), StageError> {
         self.line.push(b'\n');
         let r = match &mut self.out {
             Out::File(f) => f.write_all(&self.line),
             Out::Stdout(s) => {
                 let mut lock = s.lock();
                 lock.write_all(&self.line).and_then(|_| lock.flush())
+            }
+            Out::PerStream { open, opened } => {
+                if !open.contains_key(stream) {
+                    let f = open_stream(&self.path, self.append, opened, stream).map_err(StageError::Fatal)?;
+                    open.insert(stream.clone(), f);
+                }
+                open.get_mut(stream).expect("opened above").write_all(&self.line)
             }
         };
         r.map_err(|e| StageError::Fatal(format!("writing {}: {e}", self.path.display())))?;
@@ -93,29 +139,66 @@ impl Sink for NdjsonSink {
         match self.out {
             Out::Stdout(_) => "NDJSON to stdout".into(),
             Out::File(_) => format!("NDJSON to {}", self.path.display()),
+            Out::PerStream { .. } => format!("NDJSON to {}, one file per stream", self.path.display()),
         }
     }
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, &frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
-        self.write_line()
+        self.write_line(&frame.stream)
     }
 
     /// `{"stream":"cam","event":"lost","reason":...,"at_ms":...}`, in order with the frame lines.
     fn event(&mut self, event: &Event) -> Result<(), String> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, &event.to_json()).map_err(|e| e.to_string())?;
-        self.write_line().map_err(|e| e.to_string())
+        self.write_line(&event.stream).map_err(|e| e.to_string())
+    }
+
+    fn end_stream(&mut self, stream: &str) -> Result<(), String> {
+        let Out::PerStream { open, opened } = &mut self.out else { return Ok(()) };
+        let file = match open.remove(stream) {
+            Some(f) => f,
+            // No frame reached this sink: the stream's output is an empty file.
+            None if !opened.contains(stream) => open_stream(&self.path, self.append, opened, &Arc::from(stream))?,
+            None => return Ok(()),
+        };
+        file.sync_data().map_err(|e| format!("closing {}: {e}", stream_path(&self.path, stream).display()))
     }
 
     fn finish(&mut self) -> Result<(), String> {
         match &mut self.out {
             Out::File(f) => f.flush().and_then(|_| f.sync_data()),
             Out::Stdout(s) => s.flush(),
+            Out::PerStream { open, .. } => {
+                let mut r = Ok(());
+                for (stream, f) in open.drain() {
+                    if let Err(e) = f.sync_data() {
+                        r = Err(std::io::Error::other(format!("{}: {e}", stream_path(&self.path, &stream).display())));
+                    }
+                }
+                r
+            }
         }
         .map_err(|e| format!("closing {}: {e}", self.path.display()))?;
         tracing::debug!("{}: {} lines", self.path.display(), self.lines);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_stream_paths_stay_in_the_output_folder() {
+        let t = Path::new("/out/{stream}.ndjson");
+        assert_eq!(stream_path(t, "day 2/cam.mp4"), Path::new("/out/day_2_cam.mp4.ndjson"));
+        assert_eq!(stream_path(t, "../../etc/passwd"), Path::new("/out/_._.._etc_passwd.ndjson"));
+        assert_eq!(stream_path(Path::new("/out/run-{stream}-a.ndjson"), "cam"), Path::new("/out/run-cam-a.ndjson"));
+        for s in ["..", "../x", "/abs", "a/../../b", ".hidden"] {
+            assert_eq!(stream_path(t, s).parent(), Some(Path::new("/out")), "{s}");
+        }
     }
 }

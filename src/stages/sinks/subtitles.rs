@@ -49,7 +49,15 @@ impl Subtitles {
             cues: 0,
             showing: HashMap::new(),
             last: HashMap::new(),
-            streams: cfg.nodes.iter().filter(|n| n.role == crate::config::Role::Source).count(),
+            // A `dir` source makes one stream per file.
+            streams: cfg
+                .nodes
+                .iter()
+                .map(|n| match n.kind {
+                    crate::config::NodeKind::Dir(_) => 2,
+                    _ => usize::from(n.role == crate::config::Role::Source),
+                })
+                .sum(),
         };
         if format == SubtitleFormat::Vtt {
             s.out.write_all(b"WEBVTT\n\n").and_then(|_| s.out.flush()).map_err(|e| cfg.diag(c.path.span(), e.to_string()))?;
@@ -106,6 +114,17 @@ impl Sink for Subtitles {
             }
         }
         Ok(())
+    }
+
+    fn end_stream(&mut self, stream: &str) -> Result<(), String> {
+        let mut open: Vec<((Arc<str>, String), f64)> = self.showing.extract_if(|(s, _), _| &**s == stream).collect();
+        open.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.1.cmp(&b.0.1)));
+        let last = self.last.remove(stream);
+        for ((stream, text), start) in open {
+            let end = last.map_or(start, |(t, d)| t + d);
+            self.cue(&stream, start, end, &text).map_err(|e| format!("writing {}: {e}", self.path.display()))?;
+        }
+        self.out.flush().and_then(|_| self.out.get_ref().sync_data()).map_err(|e| format!("writing {}: {e}", self.path.display()))
     }
 
     fn finish(&mut self) -> Result<(), String> {

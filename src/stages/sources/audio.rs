@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::AudioDecoder;
+use crate::backend::ffmpeg::{AudioDecoder, InputOptions};
 use crate::config::{AudioSourceConfig, Diagnostic, NodeConfig, PipelineConfig};
 use crate::frame::{AudioChunk, Pool};
 use crate::runtime::SourceCtx;
@@ -34,7 +34,14 @@ impl AudioSource {
         if window == 0 || rate == 0 {
             return Err(cfg.diag(c.window.span(), "window and sample_rate must be positive"));
         }
-        let decoder = AudioDecoder::open(&path, rate).map_err(|e| {
+        let mut opts = InputOptions { format: c.format.as_ref().map(|f| cfg.expand(f)).transpose()?, options: Vec::new() };
+        if let Some(r) = &c.input_rate {
+            opts.options.push(("sample_rate".into(), r.get_ref().to_string()));
+        }
+        if opts.format.is_some() && c.input_rate.is_some() {
+            opts.options.push(("ch_layout".into(), format!("{}C", c.channels.as_ref().map_or(1, |n| *n.get_ref()))));
+        }
+        let decoder = AudioDecoder::open_with(&path, rate, &opts).map_err(|e| {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
         })?;
@@ -49,13 +56,8 @@ impl Source for AudioSource {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "{} ({}; windows of {} samples every {})",
-            crate::config::mask_credentials(&self.path.to_string_lossy()),
-            self.decoder.describe,
-            self.window,
-            self.hop
-        )
+        let shown = if self.path.as_os_str() == "-" { "stdin".into() } else { crate::config::mask_credentials(&self.path.to_string_lossy()).into_owned() };
+        format!("{} ({}; windows of {} samples every {})", shown, self.decoder.describe, self.window, self.hop)
     }
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url, mask_credentials};
+use crate::backend::ffmpeg::{InputOptions, VideoDecoder, copy_to_image};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
 use crate::frame::Pool;
 use crate::runtime::SourceCtx;
 use crate::stages::Source;
@@ -54,8 +54,9 @@ impl FileSource {
         max_frames: Option<u64>,
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
-        // `-`: a container stream piped in on stdin (FFmpeg probes its format).
-        let open_path = if path.as_os_str() == "-" { PathBuf::from("pipe:0") } else { path.clone() };
+        // `-`: a stream piped in on stdin (its format probed unless `format` names it).
+        let opts = input_options(cfg, c)?;
+        let open_path = path.clone();
         let open_err = |e: crate::backend::ffmpeg::FfmpegError| {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
@@ -63,19 +64,21 @@ impl FileSource {
         let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
         let stdin = path.as_os_str() == "-";
         let (decoder, decode) = match hw {
-            HwAccel::None => (VideoDecoder::open(&open_path, c.decoder_threads).map_err(open_err)?, Decode::Software(None)),
+            HwAccel::None => (VideoDecoder::open_with(&open_path, c.decoder_threads, &opts).map_err(open_err)?, Decode::Software(None)),
             HwAccel::Cuda => open_nvdec(&open_path, c.device_id).map_err(|e| {
                 let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
                 cfg.diag(span, format!("source `{}`: hwaccel = \"cuda\": {e}", node.name))
                     .with_help("use hwaccel = \"auto\" to fall back to software decoding, or run `infer-stream doctor`")
             })?,
-            // A pipe cannot be reopened after a failed try: stdin decodes in software unless asked.
-            HwAccel::Auto if stdin => {
-                (VideoDecoder::open(&open_path, c.decoder_threads).map_err(open_err)?, Decode::Software(Some("stdin".into())))
-            }
+            // A pipe cannot be reopened after a failed try: stdin decodes in software unless asked;
+            // so do raw and named input formats (NVDEC decodes compressed video).
+            HwAccel::Auto if stdin || opts.format.is_some() => (
+                VideoDecoder::open_with(&open_path, c.decoder_threads, &opts).map_err(open_err)?,
+                Decode::Software(Some(if stdin { "stdin" } else { "named input format" }.into())),
+            ),
             HwAccel::Auto => match open_nvdec(&open_path, c.device_id) {
                 Ok(d) => d,
-                Err(why) => (VideoDecoder::open(&open_path, c.decoder_threads).map_err(open_err)?, Decode::Software(Some(why))),
+                Err(why) => (VideoDecoder::open_with(&open_path, c.decoder_threads, &opts).map_err(open_err)?, Decode::Software(Some(why))),
             },
         };
         match &decode {
@@ -94,6 +97,27 @@ impl FileSource {
             (a, b) => a.or(b),
         };
         Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime, decode })
+    }
+}
+
+/// The demuxer and its options: rawvideo's frame size, pixel format and rate.
+pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<InputOptions, Diagnostic> {
+    let format = c.format.as_ref().map(|f| cfg.expand(f)).transpose()?;
+    let mut options = Vec::new();
+    if format.as_deref() == Some("rawvideo") {
+        if let (Some(w), Some(h)) = (&c.width, &c.height) {
+            options.push(("video_size".to_string(), format!("{}x{}", w.get_ref(), h.get_ref())));
+        }
+        options.push(("pixel_format".into(), c.pixel_format.as_ref().map(|p| cfg.expand(p)).transpose()?.unwrap_or("yuv420p".into())));
+        options.push(("framerate".into(), c.rate.as_ref().map_or("25".into(), |r| r.get_ref().to_string())));
+    }
+    Ok(InputOptions { format, options })
+}
+
+impl FileSource {
+    /// The input as shown in messages (`stdin` for `-`).
+    fn shown(&self) -> &std::path::Path {
+        if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }
     }
 }
 
@@ -128,7 +152,7 @@ impl Source for FileSource {
         };
         format!(
             "{} ({} {}x{}{}, decode: {decode}{})",
-            if self.path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&self.path.to_string_lossy()).into_owned() },
+            self.shown().display(),
             i.codec,
             i.width,
             i.height,
@@ -161,7 +185,7 @@ impl Source for FileSource {
                 Ok(i) => i,
                 Err(e) => {
                     bad_frames += 1;
-                    tracing::warn!("{}: frame {seq}: {e}; skipped", mask_credentials(&self.path.to_string_lossy()));
+                    tracing::warn!("{}: frame {seq}: {e}; skipped", self.shown().display());
                     continue;
                 }
             };
@@ -180,7 +204,7 @@ impl Source for FileSource {
             }
         }
         if let Some(e) = self.decoder.read_error() {
-            tracing::warn!("{}: read error: {e}; treated as the end of the input", mask_credentials(&self.path.to_string_lossy()));
+            tracing::warn!("{}: read error: {e}; treated as the end of the input", self.shown().display());
         }
         // Bursts were logged as they ended; the totals go to the summary.
         ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
