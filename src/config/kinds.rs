@@ -128,6 +128,26 @@ pub struct FileSourceConfig {
     /// CUDA device for `hwaccel`.
     #[serde(default)]
     pub device_id: usize,
+    /// Decode backend: FFmpeg (default) or GStreamer.
+    #[serde(default = "ffmpeg_backend")]
+    pub backend: Spanned<DecodeBackend>,
+    /// GStreamer only: the decoding part of a launch line, `{uri}` replaced by
+    /// the input (default `uridecodebin uri={uri}`); the frames are taken from
+    /// its `appsink` (one is added when the line has none).
+    pub launch: Option<Spanned<String>>,
+}
+
+fn ffmpeg_backend() -> Spanned<DecodeBackend> {
+    Spanned::new(0..0, DecodeBackend::Ffmpeg)
+}
+
+/// Which library decodes a `file` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecodeBackend {
+    #[default]
+    Ffmpeg,
+    Gstreamer,
 }
 
 /// `kind = "dir"`: every media file of a folder (or matching a glob), one

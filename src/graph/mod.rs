@@ -439,6 +439,8 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     // Files that must exist before the run.
     for node in &cfg.nodes {
         let (value, what) = match &node.kind {
+            // A GStreamer line that does not read `{uri}` (a test pattern, a camera element) needs no file.
+            NodeKind::File(c) if c.launch.as_ref().is_some_and(|l| !l.get_ref().contains("{uri}")) => continue,
             NodeKind::File(c) => (&c.uri, "media file"),
             NodeKind::Audio(c) => (&c.uri, "media file"),
             NodeKind::Infer(c) => (&c.model, "model file"),

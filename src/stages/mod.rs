@@ -245,6 +245,15 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             },
             NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size, opts.batch_state, opts.max_frames)
                 .map(|s| Body::Source(Box::new(s))),
+            NodeKind::File(c) if *c.backend.get_ref() == crate::config::DecodeBackend::Gstreamer => {
+                #[cfg(feature = "gstreamer")]
+                {
+                    sources::gst::GstSource::build(cfg, node, c, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)) as Body)
+                }
+                #[cfg(not(feature = "gstreamer"))]
+                Err(cfg.diag(c.backend.span(), format!("source `{}`: this build has no GStreamer backend", node.name))
+                    .with_help("build with the `gstreamer` feature (on by default), or use backend = \"ffmpeg\""))
+            }
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }

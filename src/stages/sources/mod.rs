@@ -3,5 +3,7 @@
 pub mod audio;
 pub mod dir;
 pub mod file;
+#[cfg(feature = "gstreamer")]
+pub mod gst;
 pub mod rtsp;
 pub mod testsrc;
