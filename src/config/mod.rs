@@ -58,6 +58,19 @@ pub enum OnError {
     Stop,
 }
 
+/// What the runtime does when a source fails or ends (`restart`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Restart {
+    /// The source runs once (default).
+    #[default]
+    Never,
+    /// Start it again after an error or a panic (with backoff); an end of input ends it.
+    OnError,
+    /// Start it again whenever it stops, error or end of input (a file then loops).
+    Always,
+}
+
 /// What a full queue does with a new frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -92,8 +105,16 @@ struct Common {
     inputs: Option<Spanned<Vec<Spanned<String>>>>,
     queue: Option<QueueConfig>,
     on_error: Option<OnError>,
+    restart: Option<Spanned<Restart>>,
+    max_restarts: Option<u32>,
+    #[serde(default = "restart_backoff")]
+    restart_backoff_ms: u64,
 }
-const COMMON_KEYS: &[&str] = &["kind", "inputs", "queue", "on_error"];
+const COMMON_KEYS: &[&str] = &["kind", "inputs", "queue", "on_error", "restart", "max_restarts", "restart_backoff_ms"];
+
+fn restart_backoff() -> u64 {
+    500
+}
 
 /// `[pipeline]`: settings for the whole run.
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +143,11 @@ pub struct NodeConfig {
     pub queue: Option<QueueConfig>,
     pub on_error: OnError,
     on_error_set: Option<OnError>,
+    /// Sources: start again after an error (or always), waiting
+    /// `restart_backoff_ms`, doubling up to 30 s, at most `max_restarts` times.
+    pub restart: Option<Spanned<Restart>>,
+    pub max_restarts: Option<u32>,
+    pub restart_backoff_ms: u64,
 }
 
 /// A loaded pipeline file: settings, nodes in file order, and the text they came from.
@@ -408,6 +434,9 @@ fn parse_node(
         queue: common.queue,
         on_error: OnError::Skip,
         on_error_set: common.on_error,
+        restart: common.restart,
+        max_restarts: common.max_restarts,
+        restart_backoff_ms: common.restart_backoff_ms,
     })
 }
 

@@ -293,6 +293,18 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    // `restart` is for sources: a stage or sink has nothing to start again.
+    for node in &cfg.nodes {
+        if let Some(r) = &node.restart
+            && node.role != crate::config::Role::Source
+        {
+            diags.push(
+                cfg.diag(r.span(), format!("{} `{}`: `restart` applies to sources only", node.role.noun(), node.name))
+                    .with_help("stages and sinks follow `on_error` (\"skip\" or \"stop\")"),
+            );
+        }
+    }
+
     // RTSP cameras: an rtsp:// URL and workable timings.
     for node in &cfg.nodes {
         if let NodeKind::Rtsp(r) = &node.kind {

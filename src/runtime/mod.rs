@@ -360,12 +360,28 @@ pub struct Node {
     pub kind: &'static str,
     pub role: Role,
     pub on_error: OnError,
+    /// Sources: (policy, most restarts, first wait).
+    pub restart: (crate::config::Restart, Option<u32>, Duration),
     pub body: Body,
     pub describe: String,
     /// The execution provider an infer stage runs on.
     pub provider: Option<String>,
     /// How a source decodes (software, or the device and why).
     pub decode: Option<String>,
+}
+
+/// Whether a source that stopped (with `err`, or at the end of its input)
+/// starts again under `policy`; `Some(reason)` when it does.
+fn restart_decision(policy: crate::config::Restart, err: Option<&str>, done: u32, max: Option<u32>, stopping: bool) -> Option<String> {
+    use crate::config::Restart;
+    if stopping || max.is_some_and(|m| done >= m) {
+        return None;
+    }
+    match (policy, err) {
+        (Restart::Never, _) | (Restart::OnError, None) => None,
+        (_, Some(e)) => Some(format!("failed: {e}")),
+        (Restart::Always, None) => Some("input ended".into()),
+    }
 }
 
 /// Called every 100 ms while a pipeline runs (progress bars).
@@ -400,6 +416,11 @@ impl Pipeline {
                 kind: n.kind.name(),
                 role: n.role,
                 on_error: n.on_error,
+                restart: (
+                    n.restart.as_ref().map(|r| *r.get_ref()).unwrap_or_default(),
+                    n.max_restarts,
+                    Duration::from_millis(n.restart_backoff_ms),
+                ),
                 provider: match &body {
                     Body::Stage(s) => s.provider(),
                     _ => None,
@@ -595,7 +616,7 @@ fn run_node(
     mut trace: Option<trace::TraceBuf>,
     links: Links,
 ) {
-    let Node { name, body, on_error, role, .. } = node;
+    let Node { name, body, on_error, role, restart, .. } = node;
     match body {
         Body::Source(mut src) => {
             let mut emit = |f: Frame| out.send(f);
@@ -604,13 +625,52 @@ fn run_node(
             ctx.trace = trace.take();
             ctx.ends = Some(links.ends.clone());
             ctx.inputs = links.inputs.clone();
-            let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
-            ctx.finish();
-            let err = match r {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(p) => Some(format!("panic: {}", panic_message(p))),
+            let (policy, max_restarts, first_wait) = restart;
+            let mut restarts = 0u32;
+            let mut wait = first_wait;
+            let err = loop {
+                let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
+                let err = match r {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(p) => Some(format!("panic: {}", panic_message(p))),
+                };
+                match restart_decision(policy, err.as_deref(), restarts, max_restarts, ctx.stopping() || src.exhausted()) {
+                    None => break err,
+                    Some(reason) => {
+                        // The stream is lost; it comes back (a `reconnected` event) once the source runs again.
+                        let lost_at = Instant::now();
+                        tracing::warn!("source `{name}`: {reason}; starting it again in {} ms", wait.as_millis());
+                        ctx.event(EventKind::Lost { reason: reason.clone() });
+                        let mut attempts = 0u32;
+                        let reopened = loop {
+                            let until = Instant::now() + wait;
+                            while !ctx.stopping() && Instant::now() < until {
+                                std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
+                            }
+                            wait = (wait * 2).min(Duration::from_secs(30));
+                            if ctx.stopping() {
+                                break false;
+                            }
+                            attempts += 1;
+                            restarts += 1;
+                            match catch_unwind(AssertUnwindSafe(|| src.reopen())).unwrap_or_else(|p| Err(panic_message(p))) {
+                                Ok(()) => break true,
+                                Err(e) if max_restarts.is_some_and(|m| restarts >= m) => {
+                                    tracing::warn!("source `{name}`: cannot start again: {e}");
+                                    break false;
+                                }
+                                Err(e) => tracing::warn!("source `{name}`: cannot start again: {e}; next try in {} ms", wait.as_millis()),
+                            }
+                        };
+                        if !reopened {
+                            break err;
+                        }
+                        ctx.event(EventKind::Reconnected { gap_ms: lost_at.elapsed().as_millis() as u64, attempts });
+                    }
+                }
             };
+            ctx.finish();
             if let Some(e) = err {
                 let msg = format!("source `{name}`: {e}");
                 tracing::error!("{msg}");

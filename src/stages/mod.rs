@@ -52,6 +52,15 @@ pub trait Source: Send {
         None
     }
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String>;
+    /// Done for good (its `max_frames` reached): not started again.
+    fn exhausted(&self) -> bool {
+        false
+    }
+    /// Get ready to run again from the start of the input (`restart`):
+    /// reopen it. Frame numbers go on from where they were.
+    fn reopen(&mut self) -> Result<(), String> {
+        Err("this kind of source cannot start again".into())
+    }
 }
 
 /// One frame in, the same frame out with a result attached.

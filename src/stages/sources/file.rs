@@ -17,6 +17,15 @@ pub struct FileSource {
     live: bool,
     realtime: bool,
     decode: Decode,
+    /// How to open the input again (`restart`).
+    opts: InputOptions,
+    threads: usize,
+    /// Frames emitted so far, over every run.
+    next_seq: u64,
+    /// Added to timestamps after a restart, so they keep increasing.
+    pts_offset: i64,
+    /// The last timestamp emitted (with the offset).
+    last_pts: Option<i64>,
 }
 
 /// How this source decodes, as resolved at build time.
@@ -96,7 +105,20 @@ impl FileSource {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ok(FileSource { path, decoder, pool: Pool::new(pool_size), max_frames, live, realtime: c.realtime, decode })
+        Ok(FileSource {
+            path,
+            decoder,
+            pool: Pool::new(pool_size),
+            max_frames,
+            live,
+            realtime: c.realtime,
+            decode,
+            opts,
+            threads: c.decoder_threads,
+            next_seq: 0,
+            pts_offset: 0,
+            last_pts: None,
+        })
     }
 }
 
@@ -161,9 +183,30 @@ impl Source for FileSource {
         )
     }
 
+    fn exhausted(&self) -> bool {
+        self.max_frames.is_some_and(|m| self.next_seq >= m)
+    }
+
+    fn reopen(&mut self) -> Result<(), String> {
+        if self.path.as_os_str() == "-" {
+            return Err("stdin cannot be read again".into());
+        }
+        self.decoder = match &self.decode {
+            Decode::Software(_) => VideoDecoder::open_with(&self.path, self.threads, &self.opts),
+            #[cfg(feature = "cuda")]
+            Decode::Nvdec(_, hw) => VideoDecoder::open_cuda(&self.path, hw),
+        }
+        .map_err(|e| e.to_string())?;
+        // Timestamps go on one frame after the last one.
+        let (num, den) = self.decoder.info.time_base;
+        let step = self.decoder.info.fps.map_or(1, |f| ((den as f64 / num.max(1) as f64) / f).round().max(1.0) as i64);
+        self.pts_offset = self.last_pts.map_or(self.pts_offset, |p| p + step);
+        Ok(())
+    }
+
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
         let tb = self.decoder.info.time_base;
-        let mut seq = 0u64;
+        let mut seq = self.next_seq;
         let mut bad_frames = 0u64;
         // Realtime pacing: the first frame's pts and when it went out.
         let mut clock: Option<(i64, std::time::Instant)> = None;
@@ -197,8 +240,11 @@ impl Source for FileSource {
                     std::thread::sleep((due - std::time::Instant::now()).min(std::time::Duration::from_millis(50)));
                 }
             }
+            let pts = pts.map(|p| p + self.pts_offset);
+            self.last_pts = pts.or(self.last_pts);
             let frame = ctx.new_frame(seq, pts, tb, Some(Arc::new(image)));
             seq += 1;
+            self.next_seq = seq;
             if !ctx.emit(frame) {
                 break;
             }
