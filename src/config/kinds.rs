@@ -116,6 +116,8 @@ pub struct FileSourceConfig {
     /// CUDA device for `hwaccel`.
     #[serde(default)]
     pub device_id: usize,
+    /// Largest frame (width × height) accepted; default `[pipeline] max_pixels`.
+    pub max_pixels: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

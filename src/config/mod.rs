@@ -107,6 +107,8 @@ pub struct Settings {
     pub on_error: Option<OnError>,
     /// Serve Prometheus metrics and health checks on this `IP:PORT` (see [`PipelineConfig::metrics_addr`]).
     pub metrics_addr: Option<Spanned<String>>,
+    /// Largest video frame (width × height) a source accepts; default 8192×8192.
+    pub max_pixels: Option<u64>,
 }
 
 /// One node of the graph, as configured.
@@ -270,7 +272,7 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
         match section {
             "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
                 Ok(s) => cfg.settings = s,
-                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr"]))),
+                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr", "max_pixels"]))),
             },
             "sources" | "stages" | "sinks" => {
                 let role = match section {
