@@ -206,9 +206,9 @@ fn apply(text: &str, m: &Mutation) -> String {
 }
 
 const KINDS: [&[&str]; 3] = [
-    &["file", "audio", "testsrc", "bogus"],
-    &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "ndjson"],
-    &["ndjson", "subtitles", "images", "null", "infer"],
+    &["file", "rtsp", "audio", "testsrc", "bogus"],
+    &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level", "ndjson"],
+    &["ndjson", "subtitles", "images", "video", "null", "infer"],
 ];
 const SECTIONS: [&str; 3] = ["sources", "stages", "sinks"];
 
@@ -224,6 +224,19 @@ fn body(kind: &str, pick: usize) -> String {
             "uri = \"rtsp://127.0.0.1:1/x\"".into(),
             "uri = \"no-such-file.mp4\"".into(),
             format!("uri = \"{}\"\nmax_frames = 0\nrealtime = true", sample.display()),
+        ]),
+        "rtsp" => choose(&[
+            "uri = \"rtsp://user:secret@127.0.0.1:1/cam\"".into(),
+            "uri = \"http://x\"".into(),
+            "uri = \"rtsp://127.0.0.1:1/x\"\nwatchdog_ms = 0\nbackoff_initial_ms = 18446744073709551615\nbackoff_max_ms = 1".into(),
+            "uri = \"rtsp://127.0.0.1:1/x\"\nconnect_timeout_ms = 18446744073709551615\nmax_retries = 0".into(),
+        ]),
+        "audio_level" => choose(&[String::new(), "threshold_db = 1e308".into()]),
+        "video" => choose(&[
+            "path = \"out/{stream}.mp4\"".into(),
+            "path = \"-\"".into(),
+            "path = \"x.avi\"\ncrf = 4294967295".into(),
+            "path = \"x.mp4\"\ncodec = \"\"\nstream = \"nope\"".into(),
         ]),
         "testsrc" => choose(&[
             String::new(),

@@ -23,7 +23,8 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Hostile stream names (`../../etc/x`, `..`, absolute paths, separators) name
-/// snapshots inside the images sink's folder and nowhere else.
+/// snapshots (images sink) and videos (video sink, `{stream}` in its path)
+/// inside their folders and nowhere else.
 #[test]
 fn stream_names_cannot_escape_the_output_folder() {
     let dir = tempfile::tempdir().unwrap();
@@ -35,18 +36,21 @@ fn stream_names_cannot_escape_the_output_folder() {
         toml += &format!("[sources.\"{n}\"]\nkind = \"testsrc\"\nwidth = 64\nheight = 48\nframes = 1\n\n");
     }
     let inputs: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
-    toml += &format!("[sinks.snaps]\nkind = \"images\"\ninputs = [{}]\nfolder = \"snaps\"\nformat = \"png\"\n", inputs.join(", "));
+    toml += &format!("[sinks.snaps]\nkind = \"images\"\ninputs = [{}]\nfolder = \"snaps\"\nformat = \"png\"\n\n", inputs.join(", "));
+    toml += &format!("[sinks.clips]\nkind = \"video\"\ninputs = [{}]\npath = \"clips/{{stream}}.mkv\"\n", inputs.join(", "));
     std::fs::write(work.join("p.toml"), toml).unwrap();
     let o = bin().arg("run").arg(work.join("p.toml")).args(["--progress", "never"]).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_eq!(accounting(&err), (5, 5, 0, 0));
     let got: Vec<String> = files_under(dir.path()).iter().map(|p| p.strip_prefix(dir.path()).unwrap().display().to_string()).collect();
-    let mut want: Vec<String> = ["__", "______etc_x", "_tmp_abs", "a____b", "_hidden"].iter().map(|n| format!("a/b/snaps/{n}-000000.png")).collect();
+    let safe = ["__", "______etc_x", "_tmp_abs", "a____b", "_hidden"];
+    let mut want: Vec<String> = safe.iter().map(|n| format!("a/b/snaps/{n}-000000.png")).collect();
+    want.extend(safe.iter().map(|n| format!("a/b/clips/{n}.mkv")));
     want.push("a/b/p.toml".into());
     want.sort();
     assert_eq!(got, want, "every snapshot is a plain file in the folder");
-    assert!(!Path::new("/tmp/abs-000000.png").exists());
+    assert!(!Path::new("/tmp/abs-000000.png").exists() && !Path::new("/tmp/abs.mkv").exists());
 }
 
 /// A port alone listens on 127.0.0.1; an address that other machines can

@@ -141,6 +141,8 @@ pub const MAX_TENSOR_SIDE: u32 = 16384;
 /// Most frames in one batch, and the longest wait to fill one.
 pub const MAX_BATCH: usize = 1024;
 pub const MAX_BATCH_WAIT_MS: u64 = 60_000;
+/// Longest timeout or backoff a source may be given.
+pub const MAX_WAIT_MS: u64 = 86_400_000;
 
 /// Check structure, types and files. Models are checked by [`check_models`].
 pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
@@ -855,6 +857,17 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
     ] {
         if *v.get_ref() < min {
             diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at least {min}, got {}", v.get_ref())));
+        }
+    }
+    // A day at most: longer waits are never meant, and deadlines past the clock's range would overflow.
+    for (key, v) in [
+        ("connect_timeout_ms", &r.connect_timeout_ms),
+        ("watchdog_ms", &r.watchdog_ms),
+        ("backoff_initial_ms", &r.backoff_initial_ms),
+        ("backoff_max_ms", &r.backoff_max_ms),
+    ] {
+        if *v.get_ref() > MAX_WAIT_MS {
+            diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at most {MAX_WAIT_MS} (a day), got {}", v.get_ref())));
         }
     }
     if r.backoff_max_ms.get_ref() < r.backoff_initial_ms.get_ref() {
