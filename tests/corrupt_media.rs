@@ -106,7 +106,8 @@ fn corpus(dir: &Path) -> Vec<Case> {
 
     // Truncated at many offsets: inside the header, at its end, through the payload.
     for (name, data, ext) in [("mp4", &mp4, "mp4"), ("webm", &webm, "webm"), ("mkv", &mkv, "mkv"), ("ts", &ts, "ts")] {
-        let fractions: &[f64] = if name == "mp4" { &[0.001, 0.004, 0.006, 0.0065, 0.05, 0.25, 0.5, 0.9, 0.999] } else { &[0.01, 0.1, 0.5, 0.95] };
+        let fractions: &[f64] =
+            if name == "mp4" { &[0.001, 0.004, 0.006, 0.0065, 0.05, 0.25, 0.5, 0.9, 0.999] } else { &[0.01, 0.1, 0.5, 0.95] };
         for f in fractions {
             let n = ((data.len() as f64 * f) as usize).max(1);
             file(format!("truncated-{name}-{n}.{ext}"), &data[..n], &mut cases);
@@ -350,7 +351,10 @@ fn corrupt_and_hostile_media_never_crash_or_hang() {
     });
     let mut rows = rows.into_inner().unwrap();
     rows.sort_by(|a, b| a.name.cmp(&b.name));
-    println!("{:<34} {:<13} {:>4} {:>7} {:>9} {:>8} {:>6}  first error", "file", "outcome", "exit", "decoded", "processed", "corrupt", "secs");
+    println!(
+        "{:<34} {:<13} {:>4} {:>7} {:>9} {:>8} {:>6}  first error",
+        "file", "outcome", "exit", "decoded", "processed", "corrupt", "secs"
+    );
     for r in &rows {
         let code = r.code.map_or("-".into(), |c| c.to_string());
         let note: String = r.note.chars().take(110).collect();
@@ -414,7 +418,10 @@ fn absurd_frame_sizes_are_refused_at_open() {
     let o = bin().arg("run").arg(&toml).args(["--progress", "never"]).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("source `cam`: {}: frame size 12000x12000 (144000000 pixels) exceeds the limit", y4m.display())), "{err}");
+    assert!(
+        err.contains(&format!("source `cam`: {}: frame size 12000x12000 (144000000 pixels) exceeds the limit", y4m.display())),
+        "{err}"
+    );
     assert!(err.contains("max_pixels"), "{err}");
     // The limit is configurable: 1280x720 = 921600 pixels is over a 640x480 limit.
     write(&root().join("samples/text-720p.mp4"), "max_pixels = 307200");

@@ -32,7 +32,13 @@ fn check_one(path: &Path, text: &str) -> usize {
         assert_eq!(d.file, path, "error in another file: {}", d.headline());
         assert!(d.line >= 1 && d.line <= lines, "line {} outside the {lines}-line file: {}", d.line, d.headline());
         let line_text = text.split('\n').nth(d.line - 1).unwrap_or("");
-        assert!(d.column >= 1 && d.column <= line_text.chars().count() + 1, "column {} outside line {}: {}", d.column, d.line, d.headline());
+        assert!(
+            d.column >= 1 && d.column <= line_text.chars().count() + 1,
+            "column {} outside line {}: {}",
+            d.column,
+            d.line,
+            d.headline()
+        );
         assert!(!d.message.trim().is_empty(), "empty message at {}:{}", d.line, d.column);
         let shown = d.to_string();
         assert!(shown.contains(&format!("--> {}:{}:{}", path.display(), d.line, d.column)), "{shown}");
@@ -191,10 +197,8 @@ fn apply(text: &str, m: &Mutation) -> String {
             return s[..cut].to_string();
         }
         Mutation::Rewire(i, j) => {
-            let names: Vec<String> = lines
-                .iter()
-                .filter_map(|l| l.strip_prefix('[')?.strip_suffix(']')?.split_once('.').map(|(_, n)| n.to_string()))
-                .collect();
+            let names: Vec<String> =
+                lines.iter().filter_map(|l| l.strip_prefix('[')?.strip_suffix(']')?.split_once('.').map(|(_, n)| n.to_string())).collect();
             let inputs: Vec<usize> = (0..n).filter(|&k| lines[k].trim_start().starts_with("inputs")).collect();
             if !names.is_empty() && !inputs.is_empty() {
                 let k = inputs[i % inputs.len()];
@@ -245,7 +249,9 @@ fn body(kind: &str, pick: usize) -> String {
             "rate = 1e308\nduration = -1".into(),
             "width = 4294967295".into(),
         ]),
-        "preprocess" => choose(&["width = 64\nheight = 64".into(), "width = 0\nheight = 0".into(), "width = 4294967295\nheight = 4294967295".into()]),
+        "preprocess" => {
+            choose(&["width = 64\nheight = 64".into(), "width = 0\nheight = 0".into(), "width = 4294967295\nheight = 4294967295".into()])
+        }
         "infer" => choose(&[
             format!("model = \"{}\"", model.display()),
             format!("model = \"{}\"\nbatch = {{ max = 18446744073709551615, timeout_ms = 18446744073709551615 }}", model.display()),
@@ -254,7 +260,9 @@ fn body(kind: &str, pick: usize) -> String {
         ]),
         "crop" => choose(&[String::new(), "orientation = \"nope\"".into(), "height = 0\nmax_width = 0\nmin_width = 4294967295".into()]),
         "vad" => choose(&["model = \"silero.onnx\"".into(), String::new()]),
-        "ndjson" | "subtitles" => choose(&["path = \"out.ndjson\"".into(), "path = \"-\"".into(), "path = \"x.srt\"\nformat = \"vtt\"".into()]),
+        "ndjson" | "subtitles" => {
+            choose(&["path = \"out.ndjson\"".into(), "path = \"-\"".into(), "path = \"x.srt\"\nformat = \"vtt\"".into()])
+        }
         "images" => choose(&["folder = \"snaps\"".into(), "folder = \"snaps\"\nevery = 0".into()]),
         _ => String::new(),
     }

@@ -288,7 +288,9 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
         match section {
             "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
                 Ok(s) => cfg.settings = s,
-                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr", "max_pixels"]))),
+                Err(e) => {
+                    diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr", "max_pixels"])))
+                }
             },
             "sources" | "stages" | "sinks" => {
                 let role = match section {
