@@ -300,12 +300,12 @@ fn metrics_addr_from_the_file_or_the_command_line() {
     let (code, err) = run("localhost:9464", None);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("error: invalid `metrics_addr` `localhost:9464`: expected IP:PORT\n  --> tests/data/metrics-addr.toml:3:16\n"),
+        err.contains("error: invalid `metrics_addr` `localhost:9464`: expected PORT or IP:PORT\n  --> tests/data/metrics-addr.toml:3:16\n"),
         "{err}"
     );
 
     // And on the command line, a usage error.
     let o = bin().args(["run", "tests/data/metrics-addr.toml", "--metrics-addr", "localhost"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("invalid value 'localhost' for '--metrics-addr <IP:PORT>'"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("invalid value 'localhost' for '--metrics-addr <[IP:]PORT>'"), "{}", stderr(&o));
 }

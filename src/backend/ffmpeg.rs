@@ -23,6 +23,8 @@ pub enum FfmpegError {
     Frame { path: String, frame: u64, what: String },
     #[error("{path}: NVDEC: {what}")]
     Hw { path: String, what: String },
+    #[error("{path}: frame size {width}x{height} ({} pixels) exceeds the limit of {limit} pixels", *width as u64 * *height as u64)]
+    TooLarge { path: String, width: u32, height: u32, limit: u64 },
     #[error("swscale: cannot convert {from:?} {src_w}x{src_h} to {to:?} {dst_w}x{dst_h}")]
     Scaler { from: Pixel, to: Pixel, src_w: u32, src_h: u32, dst_w: u32, dst_h: u32 },
 }
@@ -100,6 +102,12 @@ fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::I
     }
 }
 
+/// Largest frame (width × height) a decoder accepts unless told otherwise:
+/// 8192×8192, twice 8K UHD. FFmpeg's own ceiling is about 268M pixels (16384²),
+/// over 400 MiB per 4:2:0 frame before any queue holds a few of them; a
+/// header claiming that much is far more likely hostile or corrupt than real.
+pub const DEFAULT_MAX_PIXELS: u64 = 8192 * 8192;
+
 /// What the decoder knows about the stream before the first frame.
 #[derive(Debug, Clone)]
 pub struct StreamInfo {
@@ -150,15 +158,30 @@ impl VideoDecoder {
 
     /// As [`VideoDecoder::open`], with a named demuxer and its options.
     pub fn open_with(path: &Path, threads: usize, opts: &InputOptions) -> Result<Self, FfmpegError> {
-        let input = open_input(path, opts)?;
-        Self::with_input(shown_name(path), input, threads, None)
+        Self::open_full(path, threads, opts, None, DEFAULT_MAX_PIXELS)
+    }
+
+    /// [`open_with`](Self::open_with) with frames of at most `max_pixels` (width × height):
+    /// a stream declaring more is refused here, and the decoder refuses larger
+    /// frames later in the stream (they count as corrupt).
+    pub fn open_limited(path: &Path, threads: usize, opts: &InputOptions, max_pixels: u64) -> Result<Self, FfmpegError> {
+        Self::open_full(path, threads, opts, None, max_pixels)
     }
 
     /// Open for NVDEC decoding on `device`: frames come out as `Pixel::CUDA`
     /// (see [`cuda_planes`]). Fails when the codec has no CUDA hwaccel here.
     pub fn open_cuda(path: &Path, device: &HwDevice) -> Result<Self, FfmpegError> {
-        let input = open_input(path, &InputOptions::default())?;
-        Self::with_input(shown_name(path), input, 1, Some(device))
+        Self::open_full(path, 1, &InputOptions::default(), Some(device), DEFAULT_MAX_PIXELS)
+    }
+
+    /// [`open_cuda`](Self::open_cuda) with a frame size limit (see [`open_limited`](Self::open_limited)).
+    pub fn open_cuda_limited(path: &Path, device: &HwDevice, max_pixels: u64) -> Result<Self, FfmpegError> {
+        Self::open_full(path, 1, &InputOptions::default(), Some(device), max_pixels)
+    }
+
+    fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>, max_pixels: u64) -> Result<Self, FfmpegError> {
+        let input = open_input(path, opts)?;
+        Self::with_input(shown_name(path), input, threads, hw, max_pixels)
     }
 
     /// Open a live URL with demuxer `options` (e.g. `rtsp_transport`, `timeout`)
@@ -176,10 +199,16 @@ impl VideoDecoder {
         }
         let input = ff::format::input_with_interrupt_and_dictionary(url, interrupt, dict)
             .map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
-        Self::with_input(p, input, threads, None)
+        Self::with_input(p, input, threads, None, DEFAULT_MAX_PIXELS)
     }
 
-    fn with_input(p: String, input: ff::format::context::Input, threads: usize, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
+    fn with_input(
+        p: String,
+        input: ff::format::context::Input,
+        threads: usize,
+        hw: Option<&HwDevice>,
+        max_pixels: u64,
+    ) -> Result<Self, FfmpegError> {
         let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
         let codec_id = stream.parameters().id();
@@ -192,6 +221,16 @@ impl VideoDecoder {
         if let Some(dev) = hw {
             dev.attach(&mut ctx, codec_id).map_err(|what| FfmpegError::Hw { path: p.clone(), what })?;
         }
+        // What the container declares, checked before the decoder allocates anything.
+        let params = stream.parameters();
+        // SAFETY: plain reads of two ints from the stream's codec parameters, owned by `input`.
+        let (declared_w, declared_h) = unsafe { ((*params.as_ptr()).width.max(0) as u32, (*params.as_ptr()).height.max(0) as u32) };
+        if declared_w as u64 * declared_h as u64 > max_pixels {
+            return Err(FfmpegError::TooLarge { path: p, width: declared_w, height: declared_h, limit: max_pixels });
+        }
+        // SAFETY: `ctx` is an unopened codec context we own; `max_pixels` is a
+        // documented decoder option read when frames are allocated.
+        unsafe { (*ctx.as_mut_ptr()).max_pixels = max_pixels.min(i64::MAX as u64) as i64 };
         let decoder =
             ctx.decoder().video().map_err(|source| FfmpegError::Decoder { path: p.clone(), codec: format!("{codec_id:?}"), source })?;
         let tb = stream.time_base();

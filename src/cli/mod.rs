@@ -94,9 +94,10 @@ enum Cmd {
         /// Write a Chrome trace (one span per frame per node, queue waits): open in Perfetto or chrome://tracing.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
-        /// Serve Prometheus /metrics, /healthz and /readyz on exactly this IP:PORT while the
-        /// pipeline runs (overrides [pipeline] metrics_addr; 127.0.0.1 keeps it on this machine).
-        #[arg(long, value_name = "IP:PORT")]
+        /// Serve Prometheus /metrics, /healthz and /readyz while the pipeline runs: a PORT alone
+        /// listens on 127.0.0.1 (this machine only); IP:PORT exactly there, e.g. 0.0.0.0:9464 for
+        /// every interface (overrides [pipeline] metrics_addr).
+        #[arg(long, value_name = "[IP:]PORT", value_parser = config::listen_addr)]
         metrics_addr: Option<SocketAddr>,
     },
     /// Check pipeline files (syntax, graph, types, files, models) without running them.
@@ -178,7 +179,14 @@ fn init_logging(verbose: u8, quiet: bool) {
     };
     let default = format!("{level},ort={}", if verbose >= 2 { "debug" } else { "warn" });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).without_time().init();
+    // Colours only on a terminal: logs kept in files stay free of escape codes.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter)
+        .with_target(false)
+        .without_time()
+        .init();
 }
 
 pub fn main() -> ExitCode {
@@ -398,6 +406,12 @@ fn start_metrics(cfg: &PipelineConfig, cli: Option<SocketAddr>, metrics: &Arc<Me
     match MetricsServer::start(addr, metrics.clone()) {
         Ok(server) => {
             tracing::info!("metrics on http://{}/metrics (health: /healthz, /readyz)", server.local_addr());
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    "metrics and health checks on {addr} can be reached from other machines, without authentication; \
+                     give a port alone (or 127.0.0.1:PORT) to keep them on this machine"
+                );
+            }
             Ok(Some(server))
         }
         Err(e) => match (&cfg.settings.metrics_addr, cli) {

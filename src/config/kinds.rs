@@ -128,6 +128,8 @@ pub struct FileSourceConfig {
     /// CUDA device for `hwaccel`.
     #[serde(default)]
     pub device_id: usize,
+    /// Largest frame (width × height) accepted; default `[pipeline] max_pixels`.
+    pub max_pixels: Option<u64>,
     /// Decode backend: FFmpeg (default) or GStreamer.
     #[serde(default = "ffmpeg_backend")]
     pub backend: Spanned<DecodeBackend>,

@@ -128,6 +128,8 @@ pub struct Settings {
     pub on_error: Option<OnError>,
     /// Serve Prometheus metrics and health checks on this `IP:PORT` (see [`PipelineConfig::metrics_addr`]).
     pub metrics_addr: Option<Spanned<String>>,
+    /// Largest video frame (width × height) a source accepts; default 8192×8192.
+    pub max_pixels: Option<u64>,
 }
 
 /// One node of the graph, as configured.
@@ -183,14 +185,15 @@ impl PipelineConfig {
         Ok(if p.is_absolute() || is_url(&expanded) || expanded == "-" { p.to_path_buf() } else { self.base_dir.join(p) })
     }
 
-    /// `[pipeline] metrics_addr`, expanded and parsed: exactly the `IP:PORT` written
-    /// (no host names, no default interface), so nothing listens beyond what the user asked for.
+    /// `[pipeline] metrics_addr`, expanded and parsed by [`listen_addr`]: the `IP:PORT`
+    /// written, or a port alone on 127.0.0.1 (no host names), so nothing listens
+    /// beyond this machine unless an address says so.
     pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, Diagnostic> {
         let Some(value) = &self.settings.metrics_addr else { return Ok(None) };
         let text = self.expand(value)?;
-        text.parse().map(Some).map_err(|_| {
-            self.diag(value.span(), format!("invalid `metrics_addr` `{text}`: expected IP:PORT"))
-                .with_help("write an IP address and a port, e.g. `127.0.0.1:9464` (this machine only) or `0.0.0.0:9464` (every interface)")
+        listen_addr(&text).map(Some).map_err(|e| {
+            self.diag(value.span(), format!("invalid `metrics_addr` `{text}`: {e}"))
+                .with_help("write a port (`9464`: this machine only), or an IP address and a port, e.g. `127.0.0.1:9464` or `0.0.0.0:9464` (every interface)")
         })
     }
 
@@ -201,6 +204,21 @@ impl PipelineConfig {
                 .with_help(format!("export {var}=... before running, or write the value in the file"))
         })
     }
+}
+
+/// An address to listen on: `IP:PORT` (`[IPv6]:PORT`) exactly as written, or a
+/// port alone (`9464` or `:9464`) on 127.0.0.1, the loopback interface: the
+/// short form never exposes anything to other machines.
+pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let t = text.trim();
+    let port = t.strip_prefix(':').unwrap_or(t);
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        return port
+            .parse::<u16>()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .map_err(|_| format!("port `{port}` is out of range (0–65535)"));
+    }
+    t.parse().map_err(|_| "expected PORT or IP:PORT".to_string())
 }
 
 /// `scheme://...`
@@ -296,7 +314,9 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
         match section {
             "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
                 Ok(s) => cfg.settings = s,
-                Err(e) => diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr"]))),
+                Err(e) => {
+                    diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr", "max_pixels"])))
+                }
             },
             "sources" | "stages" | "sinks" => {
                 let role = match section {

@@ -231,23 +231,30 @@ fn postprocessors_need_models_run_on_the_right_input() {
 }
 
 #[test]
-fn metrics_addr_is_an_ip_and_port() {
+fn metrics_addr_is_an_ip_and_port_or_a_port_on_localhost() {
     let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"127.0.0.1:9464\"\n{SOURCE}{SINK}")).unwrap();
     assert_eq!(cfg.metrics_addr().unwrap(), Some("127.0.0.1:9464".parse().unwrap()));
     let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"[::1]:0\"\n{SOURCE}{SINK}")).unwrap();
     assert_eq!(cfg.metrics_addr().unwrap(), Some("[::1]:0".parse().unwrap()));
     let cfg = parse(Path::new("p.toml"), format!("{SOURCE}{SINK}")).unwrap();
     assert_eq!(cfg.metrics_addr().unwrap(), None, "nothing listens unless asked");
+    // A port alone stays on this machine.
+    for short in ["9464", ":9464"] {
+        let cfg = parse(Path::new("p.toml"), format!("[pipeline]\nmetrics_addr = \"{short}\"\n{SOURCE}{SINK}")).unwrap();
+        assert_eq!(cfg.metrics_addr().unwrap(), Some("127.0.0.1:9464".parse().unwrap()), "{short}");
+    }
     let e = errors(&format!("[pipeline]\nname = \"x\"\nmetrics_addr = \"localhost:9464\"\n{SOURCE}{SINK}"));
     assert_eq!(e.len(), 1, "{e:?}");
-    assert_eq!(e[0].0, "p.toml:3:16: invalid `metrics_addr` `localhost:9464`: expected IP:PORT");
+    assert_eq!(e[0].0, "p.toml:3:16: invalid `metrics_addr` `localhost:9464`: expected PORT or IP:PORT");
     assert_eq!(
         e[0].1.as_deref(),
-        Some("write an IP address and a port, e.g. `127.0.0.1:9464` (this machine only) or `0.0.0.0:9464` (every interface)")
+        Some(
+            "write a port (`9464`: this machine only), or an IP address and a port, e.g. `127.0.0.1:9464` or `0.0.0.0:9464` (every interface)"
+        )
     );
     assert_eq!(
-        headlines(&format!("[pipeline]\nmetrics_addr = \"9464\"\n{SOURCE}{SINK}")),
-        vec!["p.toml:2:16: invalid `metrics_addr` `9464`: expected IP:PORT"]
+        headlines(&format!("[pipeline]\nmetrics_addr = \"99999\"\n{SOURCE}{SINK}")),
+        vec!["p.toml:2:16: invalid `metrics_addr` `99999`: port `99999` is out of range (0–65535)"]
     );
     assert_eq!(
         headlines(&format!("[pipeline]\nmetrics_addr = 9464\n{SOURCE}{SINK}")),

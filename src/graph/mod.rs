@@ -134,6 +134,16 @@ impl Graph {
     }
 }
 
+/// Most frames one queue may hold.
+pub const MAX_QUEUE: usize = 4096;
+/// Largest side of a model tensor (preprocess and crop sizes).
+pub const MAX_TENSOR_SIDE: u32 = 16384;
+/// Most frames in one batch, and the longest wait to fill one.
+pub const MAX_BATCH: usize = 1024;
+pub const MAX_BATCH_WAIT_MS: u64 = 60_000;
+/// Longest timeout or backoff a source may be given.
+pub const MAX_WAIT_MS: u64 = 86_400_000;
+
 /// Check structure, types and files. Models are checked by [`check_models`].
 pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     let mut diags = Diagnostics::default();
@@ -412,6 +422,63 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    // Sizes that would exhaust memory or overflow at run time are refused here,
+    // where they can be located, rather than found as an allocation failure later.
+    for node in &cfg.nodes {
+        if let Some(q) = node.queue
+            && q.capacity.get() > MAX_QUEUE
+        {
+            diags.push(
+                cfg.diag(
+                    node.name_span.clone(),
+                    format!("{} `{}`: queue capacity {} is over {MAX_QUEUE}", node.role.noun(), node.name, q.capacity),
+                )
+                .with_help("a queue holds whole frames; a few (the default is 8) absorb jitter, more only add latency and memory"),
+            );
+        }
+        match &node.kind {
+            NodeKind::Preprocess(c) => {
+                for v in [&c.width, &c.height] {
+                    if *v.get_ref() == 0 || *v.get_ref() > MAX_TENSOR_SIDE {
+                        diags.push(cfg.diag(
+                            v.span(),
+                            format!("preprocess `{}`: tensor sizes must be 1–{MAX_TENSOR_SIDE}, got {}", node.name, v.get_ref()),
+                        ));
+                    }
+                }
+            }
+            NodeKind::Crop(c) => {
+                let h = *c.height.get_ref();
+                if h == 0 || h > MAX_TENSOR_SIDE || c.max_width == 0 || c.max_width > MAX_TENSOR_SIDE || c.min_width > c.max_width {
+                    diags.push(cfg.diag(
+                        c.height.span(),
+                        format!(
+                            "crop `{}`: height {h}, min_width {} and max_width {} must be 1–{MAX_TENSOR_SIDE}, with min_width ≤ max_width",
+                            node.name, c.min_width, c.max_width
+                        ),
+                    ));
+                }
+            }
+            NodeKind::Infer(c) => {
+                if let Some(b) = &c.batch
+                    && (b.max.get() > MAX_BATCH || b.timeout_ms > MAX_BATCH_WAIT_MS)
+                {
+                    diags.push(
+                        cfg.diag(
+                            c.model.span(),
+                            format!(
+                                "infer `{}`: batch max {} / timeout_ms {} out of range (max 1–{MAX_BATCH}, timeout_ms 0–{MAX_BATCH_WAIT_MS})",
+                                node.name, b.max, b.timeout_ms
+                            ),
+                        )
+                        .with_help("batches of a few frames, formed within milliseconds, e.g. batch = { max = 4, timeout_ms = 10 }"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
     // A crop's `orientation` must name a classification stage.
     for node in &cfg.nodes {
         if let NodeKind::Crop(c) = &node.kind
@@ -480,7 +547,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         diags.push(d);
     }
 
-    let queue_total = cfg.nodes.iter().map(|n| n.queue.map_or(8, |q| q.capacity.get())).sum();
+    let queue_total = cfg.nodes.iter().map(|n| n.queue.map_or(8, |q| q.capacity.get())).fold(0usize, usize::saturating_add);
     if diags.is_empty() {
         Ok(Graph { producers, consumers, order, queue_total })
     } else {
@@ -913,6 +980,17 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
     ] {
         if *v.get_ref() < min {
             diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at least {min}, got {}", v.get_ref())));
+        }
+    }
+    // A day at most: longer waits are never meant, and deadlines past the clock's range would overflow.
+    for (key, v) in [
+        ("connect_timeout_ms", &r.connect_timeout_ms),
+        ("watchdog_ms", &r.watchdog_ms),
+        ("backoff_initial_ms", &r.backoff_initial_ms),
+        ("backoff_max_ms", &r.backoff_max_ms),
+    ] {
+        if *v.get_ref() > MAX_WAIT_MS {
+            diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at most {MAX_WAIT_MS} (a day), got {}", v.get_ref())));
         }
     }
     if r.backoff_max_ms.get_ref() < r.backoff_initial_ms.get_ref() {

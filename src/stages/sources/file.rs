@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::ffmpeg::{InputOptions, VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url, mask_credentials};
 use crate::frame::Pool;
 use crate::runtime::SourceCtx;
 use crate::stages::Source;
@@ -26,6 +26,8 @@ pub struct FileSource {
     pts_offset: i64,
     /// The last timestamp emitted (with the offset).
     last_pts: Option<i64>,
+    /// Largest frame (width × height) accepted; larger ones are skipped and counted.
+    max_pixels: u64,
 }
 
 /// How this source decodes, as resolved at build time.
@@ -40,15 +42,15 @@ enum Decode {
 /// Try NVDEC for `path`: the shared GPU, FFmpeg's device on its context and
 /// stream, and a decoder with the CUDA hwaccel.
 #[cfg(feature = "cuda")]
-fn open_nvdec(path: &std::path::Path, device: usize) -> Result<(VideoDecoder, Decode), String> {
+fn open_nvdec(path: &std::path::Path, device: usize, max_pixels: u64) -> Result<(VideoDecoder, Decode), String> {
     let gpu = crate::backend::cuda::Gpu::shared(device).map_err(|e| e.to_string())?;
     let hw = crate::backend::nvdec::hw_device(&gpu)?;
-    let dec = VideoDecoder::open_cuda(path, &hw).map_err(|e| e.to_string())?;
+    let dec = VideoDecoder::open_cuda_limited(path, &hw, max_pixels).map_err(|e| e.to_string())?;
     Ok((dec, Decode::Nvdec(gpu, hw)))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_nvdec(_: &std::path::Path, _: usize) -> Result<(VideoDecoder, Decode), String> {
+fn open_nvdec(_: &std::path::Path, _: usize, _: u64) -> Result<(VideoDecoder, Decode), String> {
     Err("this build has no GPU support (built without the `cuda` feature)".into())
 }
 
@@ -66,28 +68,35 @@ impl FileSource {
         // `-`: a stream piped in on stdin (its format probed unless `format` names it).
         let opts = input_options(cfg, c)?;
         let open_path = path.clone();
-        let open_err = |e: crate::backend::ffmpeg::FfmpegError| {
-            cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
-                .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
-        };
-        let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
         let stdin = path.as_os_str() == "-";
+        let max_pixels = c.max_pixels.or(cfg.settings.max_pixels).unwrap_or(crate::backend::ffmpeg::DEFAULT_MAX_PIXELS);
+        let open_err = |e: crate::backend::ffmpeg::FfmpegError| {
+            let help = match e {
+                crate::backend::ffmpeg::FfmpegError::TooLarge { .. } => {
+                    "a corrupt or hostile header, or a really huge video: raise `max_pixels` on this source or under [pipeline] to accept it"
+                }
+                _ => "check the path and that FFmpeg can play it (ffprobe FILE)",
+            };
+            let what = if stdin { format!("source `{}` (stdin)", node.name) } else { format!("source `{}`", node.name) };
+            cfg.diag(c.uri.span(), format!("{what}: {e}")).with_help(help)
+        };
+        let open = |p: &std::path::Path| VideoDecoder::open_limited(p, c.decoder_threads, &opts, max_pixels).map_err(open_err);
+        let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
         let (decoder, decode) = match hw {
-            HwAccel::None => (VideoDecoder::open_with(&open_path, c.decoder_threads, &opts).map_err(open_err)?, Decode::Software(None)),
-            HwAccel::Cuda => open_nvdec(&open_path, c.device_id).map_err(|e| {
+            HwAccel::None => (open(&open_path)?, Decode::Software(None)),
+            HwAccel::Cuda => open_nvdec(&open_path, c.device_id, max_pixels).map_err(|e| {
                 let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
                 cfg.diag(span, format!("source `{}`: hwaccel = \"cuda\": {e}", node.name))
                     .with_help("use hwaccel = \"auto\" to fall back to software decoding, or run `infer-stream doctor`")
             })?,
             // A pipe cannot be reopened after a failed try: stdin decodes in software unless asked;
             // so do raw and named input formats (NVDEC decodes compressed video).
-            HwAccel::Auto if stdin || opts.format.is_some() => (
-                VideoDecoder::open_with(&open_path, c.decoder_threads, &opts).map_err(open_err)?,
-                Decode::Software(Some(if stdin { "stdin" } else { "named input format" }.into())),
-            ),
-            HwAccel::Auto => match open_nvdec(&open_path, c.device_id) {
+            HwAccel::Auto if stdin || opts.format.is_some() => {
+                (open(&open_path)?, Decode::Software(Some(if stdin { "stdin" } else { "named input format" }.into())))
+            }
+            HwAccel::Auto => match open_nvdec(&open_path, c.device_id, max_pixels) {
                 Ok(d) => d,
-                Err(why) => (VideoDecoder::open_with(&open_path, c.decoder_threads, &opts).map_err(open_err)?, Decode::Software(Some(why))),
+                Err(why) => (open(&open_path)?, Decode::Software(Some(why))),
             },
         };
         match &decode {
@@ -118,6 +127,7 @@ impl FileSource {
             next_seq: 0,
             pts_offset: 0,
             last_pts: None,
+            max_pixels,
         })
     }
 }
@@ -137,6 +147,11 @@ pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<Input
 }
 
 impl FileSource {
+    /// The input as messages name it: its path (password masked), or `stdin`.
+    fn display_name(&self) -> String {
+        if self.path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&self.path.to_string_lossy()).into_owned() }
+    }
+
     /// The input as shown in messages (`stdin` for `-`).
     fn shown(&self) -> &std::path::Path {
         if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }
@@ -206,10 +221,13 @@ impl Source for FileSource {
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
         let tb = self.decoder.info.time_base;
+        let name = self.display_name();
         let mut seq = self.next_seq;
         let mut bad_frames = 0u64;
         // Realtime pacing: the first frame's pts and when it went out.
         let mut clock: Option<(i64, std::time::Instant)> = None;
+        // Downstream closed (every sink gone): not the input's doing.
+        let mut stopped = false;
         while !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m) {
             // Live totals for metrics (the frame about to be decoded is counted next time round).
             ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
@@ -219,6 +237,18 @@ impl Source for FileSource {
                 Err(e) => return Err(e.to_string()),
             };
             let pts = decoded.timestamp().or(decoded.pts());
+            // A size change mid-stream past the limit (decoders that ignore FFmpeg's own check).
+            if decoded.width() as u64 * decoded.height() as u64 > self.max_pixels {
+                bad_frames += 1;
+                tracing::warn!(
+                    "{}: frame {seq}: size {}x{} exceeds the limit of {} pixels (max_pixels); skipped",
+                    name,
+                    decoded.width(),
+                    decoded.height(),
+                    self.max_pixels
+                );
+                continue;
+            }
             let image = match &self.decode {
                 Decode::Software(_) => copy_to_image(decoded, &self.pool),
                 #[cfg(feature = "cuda")]
@@ -228,7 +258,7 @@ impl Source for FileSource {
                 Ok(i) => i,
                 Err(e) => {
                     bad_frames += 1;
-                    tracing::warn!("{}: frame {seq}: {e}; skipped", self.shown().display());
+                    tracing::warn!("{name}: frame {seq}: {e}; skipped");
                     continue;
                 }
             };
@@ -246,14 +276,31 @@ impl Source for FileSource {
             seq += 1;
             self.next_seq = seq;
             if !ctx.emit(frame) {
+                stopped = true;
                 break;
             }
         }
         if let Some(e) = self.decoder.read_error() {
-            tracing::warn!("{}: read error: {e}; treated as the end of the input", self.shown().display());
+            tracing::warn!("{name}: read error: {e}; treated as the end of the input");
         }
         // Bursts were logged as they ended; the totals go to the summary.
-        ctx.set_decode_errors(self.decoder.skipped_frames + bad_frames, self.decoder.corrupt_bursts);
+        let skipped = self.decoder.skipped_frames + bad_frames;
+        ctx.set_decode_errors(skipped, self.decoder.corrupt_bursts);
+        // The input ended by itself (not stopped, not at max_frames): say so when it
+        // gave nothing, or less than its container declares, rather than succeed quietly.
+        let ended = !stopped && !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m);
+        let why = match self.decoder.read_error() {
+            Some(e) => format!("read error: {e}"),
+            None => format!("{skipped} frame(s) skipped as corrupt"),
+        };
+        if ended && seq == 0 {
+            return Err(format!("{name}: no frame could be decoded ({why})"));
+        }
+        if let (true, Some(n)) = (ended, self.decoder.info.frames)
+            && seq + 1 < n
+        {
+            tracing::warn!("{name}: ended after {seq} of the {n} frames its container declares ({why}): truncated or corrupt");
+        }
         Ok(())
     }
 }
