@@ -18,9 +18,9 @@ pub mod bench;
 pub mod config;
 pub mod doctor;
 pub mod frame;
-pub mod graph;
 #[cfg(feature = "cuda")]
 pub mod gpu_check;
+pub mod graph;
 pub mod metrics;
 pub mod runtime;
 pub mod stages;

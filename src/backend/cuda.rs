@@ -137,12 +137,7 @@ pub fn compile_kernels(arch: &str) -> Result<Ptx, GpuError> {
     }
     // cudarc wants a 'static arch name; the set of archs is tiny, so leaking is fine.
     let arch: &'static str = Box::leak(arch.to_string().into_boxed_str());
-    let opts = CompileOptions {
-        fmad: Some(false),
-        arch: Some(arch),
-        name: Some("infer_stream_kernels.cu".into()),
-        ..Default::default()
-    };
+    let opts = CompileOptions { fmad: Some(false), arch: Some(arch), name: Some("infer_stream_kernels.cu".into()), ..Default::default() };
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts).map_err(|e| GpuError::Compile(format!("{e:?}")))
 }
 
@@ -200,16 +195,7 @@ impl Gpu {
         let preprocess = module.load_function("preprocess").map_err(drv)?;
         let checksum = module.load_function("checksum_u8").map_err(drv)?;
         let name = ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into());
-        Ok(Gpu {
-            ctx,
-            stream,
-            preprocess,
-            checksum,
-            name,
-            compute_capability: cc,
-            free: Mutex::new(HashMap::new()),
-            allocations: 0.into(),
-        })
+        Ok(Gpu { ctx, stream, preprocess, checksum, name, compute_capability: cc, free: Mutex::new(HashMap::new()), allocations: 0.into() })
     }
 
     /// The raw stream, for FFmpeg and ONNX Runtime.
@@ -251,7 +237,15 @@ impl Gpu {
     }
 
     /// Copy `height` rows of `width_bytes` between pitched device regions, on the stream.
-    pub fn copy_2d(&self, src: u64, src_pitch: usize, dst: u64, dst_pitch: usize, width_bytes: usize, height: usize) -> Result<(), GpuError> {
+    pub fn copy_2d(
+        &self,
+        src: u64,
+        src_pitch: usize,
+        dst: u64,
+        dst_pitch: usize,
+        width_bytes: usize,
+        height: usize,
+    ) -> Result<(), GpuError> {
         self.bind()?;
         let p = sys::CUDA_MEMCPY2D {
             srcXInBytes: 0,
@@ -341,7 +335,8 @@ impl Gpu {
         let (pitch, w32, h32) = (pitch as i32, w as i32, h as i32);
         let mut b = self.stream.launch_builder(&self.checksum);
         b.arg(&p).arg(&pitch).arg(&w32).arg(&h32).arg(&sum.ptr);
-        let cfg = LaunchConfig { grid_dim: ((w as u32).div_ceil(32), (h as u32).div_ceil(8), 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        let cfg =
+            LaunchConfig { grid_dim: ((w as u32).div_ceil(32), (h as u32).div_ceil(8), 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
         // SAFETY: arguments match `checksum_u8`; `p` holds `h` rows of `pitch`
         // bytes and `sum` 8 bytes.
         unsafe { b.launch(cfg) }.map_err(drv)?;

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use ffmpeg_next as ff;
 use ff::format::Pixel;
+use ffmpeg_next as ff;
 
 use super::cuda::{DeviceImage, Gpu, GpuError};
 use super::ffmpeg::{HwDevice, cuda_planes};

@@ -251,13 +251,19 @@ pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Res
                     let t = tensorrt(rt, model, spec)?;
                     // SAFETY: the stream belongs to the device's primary context (the
                     // one the provider uses) and lives as long as the process.
-                    let t = match stream { Some(s) => unsafe { t.with_compute_stream(s) }, None => t };
+                    let t = match stream {
+                        Some(s) => unsafe { t.with_compute_stream(s) },
+                        None => t,
+                    };
                     t.build().error_on_failure()
                 }
                 ProviderName::Cuda => {
                     let c = ep::CUDA::default().with_device_id(spec.device_id);
                     // SAFETY: as above.
-                    let c = match stream { Some(s) => unsafe { c.with_compute_stream(s) }, None => c };
+                    let c = match stream {
+                        Some(s) => unsafe { c.with_compute_stream(s) },
+                        None => c,
+                    };
                     c.build().error_on_failure()
                 }
                 // The CPU EP defaults to no memory arena in ort; the arena is ONNX Runtime's own default and much faster.
@@ -391,4 +397,3 @@ mod tests {
         assert!(key(&a, &o, "1.31.1").starts_with(root) && key(&a, &o, "1.31.1").to_string_lossy().ends_with("-ort1.31.1"));
     }
 }
-

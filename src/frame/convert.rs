@@ -115,15 +115,7 @@ pub fn color_coefficients(color: ColorInfo) -> (f32, f32, f32, f32, f32, f32, f3
 }
 
 impl KernelParams {
-    pub fn new(
-        format: SrcFormat,
-        color: ColorInfo,
-        lb: &Letterbox,
-        norm: &Normalize,
-        bgr: bool,
-        nhwc: bool,
-        half: bool,
-    ) -> Self {
+    pub fn new(format: SrcFormat, color: ColorInfo, lb: &Letterbox, norm: &Normalize, bgr: bool, nhwc: bool, half: bool) -> Self {
         let (y_off, y_mul, c_mul, k_rv, k_gu, k_gv, k_bu) = color_coefficients(color);
         let (mul, add, pad) = norm.affine();
         KernelParams {
@@ -241,10 +233,7 @@ fn pixel(k: &KernelParams, pl: &HostPlanes<'_>, x: i32, y: i32) -> [f32; 3] {
             let cy = (fy + 0.5) * 0.5 - 0.5;
             let yv = bilinear(pl.data[0], pl.pitch[0], k.src_w, k.src_h, fx, fy, 1, wide);
             let (u, v) = if k.format == SrcFormat::Yuv420p {
-                (
-                    bilinear(pl.data[1], pl.pitch[1], cw, ch, cx, cy, 1, false),
-                    bilinear(pl.data[2], pl.pitch[2], cw, ch, cx, cy, 1, false),
-                )
+                (bilinear(pl.data[1], pl.pitch[1], cw, ch, cx, cy, 1, false), bilinear(pl.data[2], pl.pitch[2], cw, ch, cx, cy, 1, false))
             } else {
                 let bytes = if wide { 2 } else { 1 };
                 (
@@ -389,7 +378,8 @@ mod tests {
 
     #[test]
     fn colour_matrices_and_ranges_invert_the_textbook_forward_transform() {
-        let colours = [[255.0, 0.0, 0.0], [0.0, 255.0, 0.0], [0.0, 0.0, 255.0], [128.0, 64.0, 200.0], [20.0, 220.0, 120.0], [255.0; 3], [0.0; 3]];
+        let colours =
+            [[255.0, 0.0, 0.0], [0.0, 255.0, 0.0], [0.0, 0.0, 255.0], [128.0, 64.0, 200.0], [20.0, 220.0, 120.0], [255.0; 3], [0.0; 3]];
         for matrix in [Matrix::Bt601, Matrix::Bt709, Matrix::Bt2020] {
             for full in [false, true] {
                 for rgb in colours {
@@ -470,7 +460,8 @@ mod tests {
         let y: Vec<u8> = (0..w * h).map(|i| if i % w < 2 { red[0] } else { blue[0] }).collect();
         // Exactly-sized planes: an out-of-bounds read would panic.
         let uv: Vec<u8> = (0..3 * 2).flat_map(|i| if i % 3 < 1 { [red[1], red[2]] } else { [blue[1], blue[2]] }).collect();
-        let k = KernelParams::new(SrcFormat::Nv12, color(Matrix::Bt601, true), &Letterbox::stretch(5, 3, 5, 3), &IDENTITY, false, true, false);
+        let k =
+            KernelParams::new(SrcFormat::Nv12, color(Matrix::Bt601, true), &Letterbox::stretch(5, 3, 5, 3), &IDENTITY, false, true, false);
         let out = run(&k, &HostPlanes { data: [&y, &uv, &[]], pitch: [w, 6, 0] });
         let px = |x: usize, yy: usize| [out[(yy * w + x) * 3], out[(yy * w + x) * 3 + 1], out[(yy * w + x) * 3 + 2]];
         // The far corner (last luma column, last chroma sample) is blue.

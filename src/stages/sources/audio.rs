@@ -56,7 +56,11 @@ impl Source for AudioSource {
     }
 
     fn describe(&self) -> String {
-        let shown = if self.path.as_os_str() == "-" { "stdin".into() } else { crate::config::mask_credentials(&self.path.to_string_lossy()).into_owned() };
+        let shown = if self.path.as_os_str() == "-" {
+            "stdin".into()
+        } else {
+            crate::config::mask_credentials(&self.path.to_string_lossy()).into_owned()
+        };
         format!("{} ({}; windows of {} samples every {})", shown, self.decoder.describe, self.window, self.hop)
     }
 

@@ -22,7 +22,13 @@ pub struct GstSource {
 
 impl GstSource {
     /// Build and preroll the GStreamer pipeline now, so a bad line or input fails before the run.
-    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &FileSourceConfig, pool_size: usize, max_frames: Option<u64>) -> Result<Self, Diagnostic> {
+    pub fn build(
+        cfg: &PipelineConfig,
+        node: &NodeConfig,
+        c: &FileSourceConfig,
+        pool_size: usize,
+        max_frames: Option<u64>,
+    ) -> Result<Self, Diagnostic> {
         let uri = cfg.expand(&c.uri)?;
         let input = if is_url(&uri) || uri == "-" { uri.clone() } else { cfg.resolve_path(&c.uri)?.display().to_string() };
         let fragment = match &c.launch {
