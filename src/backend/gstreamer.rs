@@ -43,6 +43,10 @@ pub fn launch_line(uri: &str, fragment: Option<&str>) -> String {
     if decode.contains("appsink") { decode } else { format!("{decode} ! videoconvert ! {CAPS} ! appsink name=sink sync=false") }
 }
 
+/// What [`GstDecoder::next`] gives: `None` at the end of the stream,
+/// `Some(None)` when nothing came in time, else a frame and its pts (ns).
+pub type Pulled = Option<Option<(Image, Option<i64>)>>;
+
 /// A running GStreamer pipeline and its appsink.
 pub struct GstDecoder {
     pipeline: gst::Pipeline,
@@ -90,7 +94,7 @@ impl GstDecoder {
     /// The next frame (pts in nanoseconds), `Ok(None)` at the end of the stream,
     /// or `Err` when the pipeline failed. Waits at most `wait` per call when
     /// nothing comes (`Ok(Some(None))`: try again).
-    pub fn next(&mut self, pool: &Pool<u8>, wait: Duration) -> Result<Option<Option<(Image, Option<i64>)>>, String> {
+    pub fn next(&mut self, pool: &Pool<u8>, wait: Duration) -> Result<Pulled, String> {
         if let Some(e) = Self::bus_error(&self.pipeline) {
             return Err(e);
         }
