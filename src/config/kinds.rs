@@ -17,6 +17,7 @@ pub enum NodeKind {
     Dir(DirSourceConfig),
     Audio(AudioSourceConfig),
     TestSrc(TestSrcConfig),
+    AudioTestSrc(AudioTestSrcConfig),
     Vad(VadConfig),
     Preprocess(PreprocessConfig),
     Infer(InferConfig),
@@ -41,6 +42,7 @@ impl NodeKind {
             NodeKind::Dir(_) => "dir",
             NodeKind::Audio(_) => "audio",
             NodeKind::TestSrc(_) => "testsrc",
+            NodeKind::AudioTestSrc(_) => "audio_testsrc",
             NodeKind::Vad(_) => "vad",
             NodeKind::Preprocess(_) => "preprocess",
             NodeKind::Infer(_) => "infer",
@@ -59,7 +61,7 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "audio", "testsrc"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "audio", "testsrc", "audio_testsrc"];
 const STAGE_KINDS: &[&str] =
     &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
@@ -79,6 +81,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Source, "dir") => NodeKind::Dir(DirSourceConfig::deserialize(d)?),
         (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
         (Role::Source, "testsrc") => NodeKind::TestSrc(TestSrcConfig::deserialize(d)?),
+        (Role::Source, "audio_testsrc") => NodeKind::AudioTestSrc(AudioTestSrcConfig::deserialize(d)?),
         (Role::Stage, "vad") => NodeKind::Vad(VadConfig::deserialize(d)?),
         (Role::Stage, "preprocess") => NodeKind::Preprocess(PreprocessConfig::deserialize(d)?),
         (Role::Stage, "infer") => NodeKind::Infer(InferConfig::deserialize(d)?),
@@ -326,6 +329,48 @@ fn audio_rate() -> Spanned<u32> {
 }
 fn audio_window() -> Spanned<usize> {
     Spanned::new(0..0, 512)
+}
+
+/// `kind = "audio_testsrc"`: synthetic audio for benchmarks and demos: tone
+/// bursts (`tone_ms` of a sine, then `gap_ms` of quiet noise, repeated), in
+/// the same timed windows as the `audio` source; finite (`duration`) or endless.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AudioTestSrcConfig {
+    #[serde(default = "audio_rate")]
+    pub sample_rate: Spanned<u32>,
+    #[serde(default = "audio_window")]
+    pub window: Spanned<usize>,
+    pub hop: Option<usize>,
+    /// Hz of the tone.
+    #[serde(default = "tone_hz")]
+    pub frequency: f64,
+    /// Peak amplitude of the tone (full scale = 1).
+    #[serde(default = "tone_amplitude")]
+    pub amplitude: f32,
+    /// Milliseconds of tone, then of quiet, repeated (`gap_ms = 0`: a steady tone).
+    #[serde(default = "tone_ms")]
+    pub tone_ms: u64,
+    #[serde(default = "gap_ms")]
+    pub gap_ms: u64,
+    /// Seconds in all; none: endless.
+    pub duration: Option<f64>,
+    /// Deliver windows at their own pace, as a microphone would.
+    #[serde(default)]
+    pub realtime: bool,
+}
+
+fn tone_hz() -> f64 {
+    1000.0
+}
+fn tone_amplitude() -> f32 {
+    0.5
+}
+fn tone_ms() -> u64 {
+    300
+}
+fn gap_ms() -> u64 {
+    700
 }
 
 /// `kind = "vad"`: Silero VAD, streaming, its recurrent state kept per stream.

@@ -48,7 +48,7 @@ impl DataType {
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
-        NodeKind::Audio(_) => DataType::Audio,
+        NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
         NodeKind::TestSrc(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
         NodeKind::AudioLevel(_) => DataType::Level,

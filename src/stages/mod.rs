@@ -266,6 +266,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::File(c) => {
                 sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
             }
+            NodeKind::AudioTestSrc(c) => Ok(Body::Source(Box::new(sources::audiotest::AudioTestSrc::new(c, pool_size, opts.max_frames)))),
             NodeKind::AudioLevel(c) => Ok(Body::Stage(Box::new(level::AudioLevel::new(name, c.clone())))),
             NodeKind::Rtsp(c) => {
                 sources::rtsp::RtspSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))

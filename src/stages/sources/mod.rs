@@ -1,6 +1,7 @@
 //! Sources: where frames come from.
 
 pub mod audio;
+pub mod audiotest;
 pub mod dir;
 pub mod file;
 #[cfg(feature = "gstreamer")]
