@@ -742,8 +742,15 @@ fn run_node(
                         })
                         .collect(),
                     Err(p) => {
+                        // A panic is an error on these frames, handled by the policy like any other.
                         let msg = format!("panic: {}", panic_message(p));
-                        batch.iter().map(|_| Outcome::Stop(msg.clone())).collect()
+                        for f in &batch {
+                            tracing::error!("stage `{name}` panicked on stream `{}` frame {}: {msg}", f.stream, f.seq);
+                        }
+                        batch
+                            .iter()
+                            .map(|_| if on_error == OnError::Skip { Outcome::Skip(msg.clone()) } else { Outcome::Stop(msg.clone()) })
+                            .collect()
                     }
                 };
                 for (frame, r) in batch.drain(..).zip(results) {
@@ -846,6 +853,16 @@ fn run_node(
                         st.failed_on(&frame);
                         sd.fail(format!("sink `{name}` failed on stream `{}` frame {}: {e}", frame.stream, frame.seq));
                         dead = true;
+                    }
+                    Err(p) if on_error == OnError::Skip => {
+                        frame.ticket.failed();
+                        st.failed_on(&frame);
+                        tracing::error!(
+                            "sink `{name}` panicked on stream `{}` frame {}: {} (skipped)",
+                            frame.stream,
+                            frame.seq,
+                            panic_message(p)
+                        );
                     }
                     Err(p) => {
                         frame.ticket.failed();

@@ -127,8 +127,21 @@ fn stop_policy_stops_the_pipeline_and_drains() {
 }
 
 #[test]
-fn panic_in_a_stage_is_caught_and_reported() {
-    let (r, _) = linear("", "", 1000, Flaky { fail_every: 0, panic_at: Some(3), delay: Duration::from_millis(1) }, Duration::ZERO);
+fn panic_in_a_stage_is_caught_and_handled_by_policy() {
+    // skip (the default): the frame fails, the stage and the stream go on.
+    let (r, seen) = linear("", "", 50, Flaky { fail_every: 0, panic_at: Some(3), delay: Duration::ZERO }, Duration::ZERO);
+    assert!(r.fatal.is_none(), "{:?}", r.fatal);
+    assert_eq!((r.frames.decoded, r.frames.processed, r.frames.failed), (50, 49, 1));
+    assert!(r.frames.balanced(), "{:?}", r.frames);
+    assert!(!seen.lock().unwrap().iter().any(|s| s.0 == 3));
+    // stop: the pipeline stops, naming the stage, stream and frame; frames in flight drain.
+    let (r, _) = linear(
+        "on_error = \"stop\"",
+        "",
+        1000,
+        Flaky { fail_every: 0, panic_at: Some(3), delay: Duration::from_millis(1) },
+        Duration::ZERO,
+    );
     assert_eq!(r.fatal.as_deref(), Some("stage `s` failed on stream `cam` frame 3: panic: boom"));
     assert!(r.frames.balanced(), "{:?}", r.frames);
     assert_eq!(r.frames.processed, 3);
