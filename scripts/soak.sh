@@ -72,8 +72,9 @@ rss0= fds0= thr0= rss_max=0
 while :; do
   now=$(( $(date +%s) - start ))
   kill -0 "$pid" 2>/dev/null || { cat "$out/stderr" >&2; die "infer-stream stopped after ${now} s"; }
-  frames=$(scrape || true)
+  # Sample before scraping: the scrape's own connection is an extra descriptor for a moment.
   rss=$(rss_kib); f=$(fds); t=$(threads)
+  frames=$(scrape || true)
   printf '%8d %10.1f %6d %8d %10s\n' "$now" "$(calc "$rss / 1024")" "$f" "$t" "${frames:--}"
   if [[ -z $rss0 && $now -ge $warmup ]]; then
     rss0=$rss fds0=$f thr0=$t

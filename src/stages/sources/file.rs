@@ -77,8 +77,8 @@ impl FileSource {
                 }
                 _ => "check the path and that FFmpeg can play it (ffprobe FILE)",
             };
-            let what = if stdin { format!("source `{}` (stdin)", node.name) } else { format!("source `{}`", node.name) };
-            cfg.diag(c.uri.span(), format!("{what}: {e}")).with_help(help)
+            // The error names the input (`stdin` for `-`).
+            cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(help)
         };
         let open = |p: &std::path::Path| VideoDecoder::open_limited(p, c.decoder_threads, &opts, max_pixels).map_err(open_err);
         let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
