@@ -113,3 +113,101 @@ fn no_shell_is_ever_run() {
     }
     assert!(!spawned.is_empty(), "the scan found the one process the crate starts (nvidia-smi)");
 }
+
+/// The dependency policy in `deny.toml` (licenses on the allow list, crates.io
+/// only, no binary-downloading features), checked from `cargo metadata`, so CI
+/// enforces it even where cargo-deny is not installed.
+#[test]
+fn dependency_policy_holds() {
+    let deny: toml::Table = std::fs::read_to_string(root().join("deny.toml")).unwrap().parse().unwrap();
+    let allow: Vec<String> = deny["licenses"]["allow"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--all-features"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut problems = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        match p["source"].as_str() {
+            None | Some("registry+https://github.com/rust-lang/crates.io-index") => {}
+            Some(s) => problems.push(format!("{name}: source {s} (crates.io only)")),
+        }
+        match p["license"].as_str() {
+            Some(l) if license_ok(l, &allow) => {}
+            l => problems.push(format!("{name}: license {l:?} not satisfiable by the allow list")),
+        }
+    }
+    for ban in deny["bans"]["features"].as_array().unwrap() {
+        let krate = ban["crate"].as_str().unwrap();
+        let denied: Vec<&str> = ban["deny"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        for node in meta["resolve"]["nodes"].as_array().unwrap() {
+            let id = node["id"].as_str().unwrap();
+            if !id.contains(&format!("#{krate}@")) {
+                continue;
+            }
+            for f in node["features"].as_array().unwrap().iter().filter_map(|f| f.as_str()) {
+                if denied.contains(&f) {
+                    problems.push(format!("{krate}: banned feature `{f}` is on"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "dependency policy (deny.toml):\n{}", problems.join("\n"));
+}
+
+/// Whether an SPDX expression (`A OR B`, `A AND B`, `A WITH E`, `A/B`,
+/// parentheses) can be satisfied with the allowed licenses.
+fn license_ok(expr: &str, allow: &[String]) -> bool {
+    let spaced = expr.replace('(', " ( ").replace(')', " ) ").replace('/', " OR ");
+    let tokens: Vec<&str> = spaced.split_whitespace().collect();
+    let mut at = 0;
+    fn or(t: &[&str], at: &mut usize, allow: &[String]) -> bool {
+        let mut ok = and(t, at, allow);
+        while t.get(*at) == Some(&"OR") {
+            *at += 1;
+            ok |= and(t, at, allow);
+        }
+        ok
+    }
+    fn and(t: &[&str], at: &mut usize, allow: &[String]) -> bool {
+        let mut ok = term(t, at, allow);
+        while t.get(*at) == Some(&"AND") {
+            *at += 1;
+            ok &= term(t, at, allow);
+        }
+        ok
+    }
+    fn term(t: &[&str], at: &mut usize, allow: &[String]) -> bool {
+        if t.get(*at) == Some(&"(") {
+            *at += 1;
+            let ok = or(t, at, allow);
+            *at += 1; // ")"
+            return ok;
+        }
+        let mut id = t.get(*at).copied().unwrap_or("").to_string();
+        *at += 1;
+        if t.get(*at) == Some(&"WITH") {
+            id = format!("{id} WITH {}", t.get(*at + 1).copied().unwrap_or(""));
+            *at += 2;
+        }
+        allow.iter().any(|a| *a == id)
+    }
+    let ok = or(&tokens, &mut at, allow);
+    ok && at == tokens.len()
+}
+
+#[test]
+fn license_expressions_are_read_as_spdx() {
+    let allow: Vec<String> = ["MIT", "Apache-2.0", "Unicode-3.0"].iter().map(|s| s.to_string()).collect();
+    assert!(license_ok("MIT OR Apache-2.0", &allow));
+    assert!(license_ok("(MIT OR Apache-2.0) AND Unicode-3.0", &allow));
+    assert!(license_ok("Apache-2.0/MIT", &allow));
+    assert!(!license_ok("GPL-3.0", &allow));
+    assert!(!license_ok("MIT AND GPL-3.0", &allow));
+    assert!(license_ok("GPL-3.0 OR MIT", &allow));
+    assert!(!license_ok("Apache-2.0 WITH LLVM-exception", &allow));
+}
