@@ -194,7 +194,7 @@ fn license_ok(expr: &str, allow: &[String]) -> bool {
             id = format!("{id} WITH {}", t.get(*at + 1).copied().unwrap_or(""));
             *at += 2;
         }
-        allow.iter().any(|a| *a == id)
+        allow.contains(&id)
     }
     let ok = or(&tokens, &mut at, allow);
     ok && at == tokens.len()
