@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
-use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken};
+use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken, Ticket};
 use crate::graph::Graph;
 use crate::stages::{Body, StageError};
 pub use ends::StreamEnds;
@@ -269,8 +269,20 @@ impl<'a> SourceCtx<'a> {
         time_base: (i32, i32),
         image: Option<Arc<Image>>,
     ) -> Frame {
+        self.frame(input.stream.clone(), seq, pts, time_base, image, self.acct.issue_for(Some(input.clone())))
+    }
+
+    fn frame(
+        &self,
+        stream: Arc<str>,
+        seq: u64,
+        pts: Option<i64>,
+        time_base: (i32, i32),
+        image: Option<Arc<Image>>,
+        ticket: Arc<Ticket>,
+    ) -> Frame {
         Frame {
-            stream: input.stream.clone(),
+            stream,
             stream_index: self.index,
             seq,
             pts,
@@ -279,7 +291,7 @@ impl<'a> SourceCtx<'a> {
             image,
             audio: None,
             results: Vec::new(),
-            ticket: self.acct.issue_for(Some(input.clone())),
+            ticket,
             queued_at: None,
         }
     }
@@ -305,19 +317,7 @@ impl<'a> SourceCtx<'a> {
 
     /// A new frame of this stream, with its accounting ticket.
     pub fn new_frame(&self, seq: u64, pts: Option<i64>, time_base: (i32, i32), image: Option<Arc<Image>>) -> Frame {
-        Frame {
-            stream: self.name.clone(),
-            stream_index: self.index,
-            seq,
-            pts,
-            time_base,
-            created: Instant::now(),
-            image,
-            audio: None,
-            results: Vec::new(),
-            ticket: self.acct.issue(),
-            queued_at: None,
-        }
+        self.frame(self.name.clone(), seq, pts, time_base, image, self.acct.issue())
     }
 
     /// Send a frame downstream; `false` when nobody is listening any more.

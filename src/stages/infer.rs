@@ -122,9 +122,12 @@ impl Infer {
     fn run_device(&mut self, shape: &[usize], d: &crate::backend::cuda::DeviceBuf) -> Result<Vec<(String, Tensor)>, String> {
         use crate::config::ProviderName;
         if !matches!(self.m.provider, ProviderName::Cuda | ProviderName::Tensorrt) {
-            let mut host = vec![0f32; shape.iter().product()];
-            d.gpu().download(d.ptr, &mut host).map_err(|e| e.to_string())?;
-            return self.run(shape, &host);
+            // One download into the stage's reused buffer (no allocation per frame).
+            let mut host = std::mem::take(&mut self.stacked);
+            host.resize(shape.iter().product(), 0.0);
+            let r = d.gpu().download(d.ptr, &mut host).map_err(|e| e.to_string()).and_then(|_| self.run(shape, &host));
+            self.stacked = host;
+            return r;
         }
         // Ordered on the shared stream already; the wait covers a provider that
         // could not take our stream (it then runs on its own).

@@ -151,11 +151,6 @@ impl FileSource {
     fn display_name(&self) -> String {
         if self.path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&self.path.to_string_lossy()).into_owned() }
     }
-
-    /// The input as shown in messages (`stdin` for `-`).
-    fn shown(&self) -> &std::path::Path {
-        if self.path.as_os_str() == "-" { std::path::Path::new("stdin") } else { self.path.as_path() }
-    }
 }
 
 impl Source for FileSource {
@@ -189,7 +184,7 @@ impl Source for FileSource {
         };
         format!(
             "{} ({} {}x{}{}, decode: {decode}{})",
-            self.shown().display(),
+            self.display_name(),
             i.codec,
             i.width,
             i.height,
