@@ -27,7 +27,7 @@ pub mod stages;
 
 /// Paths to bundled test data: under the source tree, or (for a test binary
 /// copied to another machine) under the current directory.
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 pub(crate) mod test_support {
     use std::path::PathBuf;
 
