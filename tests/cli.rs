@@ -527,6 +527,37 @@ fn batches_form_across_streams_and_split_back_exactly() {
     }
 }
 
+/// `io_binding = "on"` on the CPU provider (the same binding code a GPU
+/// provider uses, in host memory): the batched run's results equal those of
+/// plain runs exactly, and the start-up line says the input is bound.
+#[test]
+fn io_binding_gives_the_same_results_as_plain_runs() {
+    let (plain, _) = run_ok(&["run", "tests/data/batching.toml", "--progress", "never"]);
+    let bound = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("tests/data/batching.toml")).unwrap();
+    let with_binding = text
+        .replace("../../", &format!("{}/", root().display()))
+        .replace("batch = { max = 4, timeout_ms = 50 }", "batch = { max = 4, timeout_ms = 50 }\nio_binding = \"on\"");
+    assert!(with_binding.contains("io_binding = \"on\""));
+    let toml = bound.path().join("bound.toml");
+    std::fs::write(&toml, with_binding).unwrap();
+    let o = run_in(bound.path(), &["run", toml.to_str().unwrap(), "--progress", "never"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("IoBinding in host memory"), "the binding is not reported:\n{err}");
+    let (a, b) = (read_ndjson(&plain.path().join("batching.ndjson")), read_ndjson(&bound.path().join("batching.ndjson")));
+    assert_eq!(a.len(), 400);
+    let key = |l: &serde_json::Value| (l["stream"].as_str().unwrap().to_string(), l["seq"].as_u64().unwrap());
+    let plain: std::collections::HashMap<_, _> = a.iter().map(|l| (key(l), &l["results"])).collect();
+    let mut boxes = 0;
+    for l in &b {
+        assert_eq!(plain.get(&key(l)), Some(&&l["results"]), "{:?}", key(l));
+        boxes += bboxes(l, "boxes").len();
+    }
+    assert_eq!(b.len(), 400);
+    assert!(boxes > 400, "the comparison covers real detections ({boxes} boxes)");
+}
+
 /// The orientation classifier on crops: upright text reads upright, and the
 /// same clip turned 180° (made here with the ffmpeg CLI) reads upside down.
 #[test]

@@ -293,6 +293,37 @@ impl Gpu {
         }
     }
 
+    /// Queue a copy of `bytes` from device `src` to device `dst` on the stream.
+    pub fn copy_d2d(&self, src: u64, dst: u64, bytes: usize) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: callers pass device buffers of this context holding at least
+        // `bytes` (a pooled buffer and a tensor sized to match); ordered on our stream.
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.cu_stream()) }.result().map_err(drv)
+    }
+
+    /// Queue a copy of host values to `dst` on the stream. `src` may be
+    /// reused as soon as this returns: the driver stages pageable memory
+    /// before returning.
+    pub fn upload_async<T: Copy>(&self, src: &[T], dst: u64) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: `dst` holds at least `size_of_val(src)` bytes (callers size
+        // it); `src` is pageable host memory (a Vec or slice of one), which the
+        // driver copies to staging memory before returning.
+        unsafe { result::memcpy_htod_async(dst, src, self.cu_stream()) }.map_err(drv)
+    }
+
+    /// Queue a copy of device bytes at `src` into `dst` on the stream.
+    ///
+    /// # Safety
+    /// `src` must hold at least `size_of_val(dst)` bytes, and `dst` must stay
+    /// alive and untouched until the next [`Gpu::sync`] (pinned memory is
+    /// written asynchronously; pageable memory before this returns).
+    pub unsafe fn download_async<T: Copy>(&self, src: u64, dst: &mut [T]) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: as the caller promised above.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.cu_stream()) }.map_err(drv)
+    }
+
     /// Wait for everything queued on the stream.
     pub fn sync(&self) -> Result<(), GpuError> {
         self.stream.synchronize().map_err(drv)

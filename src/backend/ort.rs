@@ -345,36 +345,302 @@ pub fn model_report(rt: &OrtRuntime, model: &Path) -> Result<ModelReport, OrtErr
     })
 }
 
-/// Run `f` with a tensor view of `buf` (device memory, f32, `shape`) that a
-/// CUDA or TensorRT session reads in place: no host copy. The view cannot
-/// outlive the borrow of `buf`.
-#[cfg(feature = "cuda")]
-pub fn with_device_tensor<R>(
-    buf: &crate::backend::cuda::DeviceBuf,
-    shape: &[usize],
-    device_id: i32,
-    f: impl FnOnce(ort::value::TensorRefMut<'_, f32>) -> R,
-) -> Result<R, String> {
-    use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
-    let n: usize = shape.iter().product();
-    if n * 4 > buf.bytes {
-        return Err(format!("device tensor {shape:?} does not fit its {}-byte buffer", buf.bytes));
+/// Where a bound session's input and outputs live.
+#[derive(Clone)]
+pub enum BindMemory {
+    /// Host memory (ONNX Runtime copies to and from a GPU provider itself).
+    Host,
+    /// Device memory on the pipeline's GPU: frames are copied device to
+    /// device into the bound input, outputs stay on the device until one
+    /// download per run.
+    #[cfg(feature = "cuda")]
+    Device(std::sync::Arc<crate::backend::cuda::Gpu>),
+}
+
+impl BindMemory {
+    pub fn name(&self) -> &'static str {
+        match self {
+            BindMemory::Host => "host",
+            #[cfg(feature = "cuda")]
+            BindMemory::Device(_) => "device",
+        }
     }
-    let info = MemoryInfo::new(AllocationDevice::CUDA, device_id, AllocatorType::Device, MemoryType::Default).map_err(|e| e.to_string())?;
-    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-    // SAFETY: `buf` is a live device allocation of at least n * 4 bytes on
-    // `device_id` (checked above); the tensor only borrows it (ONNX Runtime
-    // does not free borrowed memory) and is dropped inside `f`, while `buf` is
-    // still borrowed by this call.
-    let t = unsafe { ort::value::TensorRefMut::<f32>::from_raw(info, buf.ptr as *mut std::ffi::c_void, ort::value::Shape::new(dims)) }
-        .map_err(|e| e.to_string())?;
-    Ok(f(t))
+}
+
+/// A tensor to copy into a bound input (f32 values).
+pub enum Src<'a> {
+    Host(&'a [f32]),
+    /// `len` values at the start of a device buffer.
+    #[cfg(feature = "cuda")]
+    Device(&'a crate::backend::cuda::DeviceBuf, usize),
+}
+
+impl Src<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Src::Host(d) => d.len(),
+            #[cfg(feature = "cuda")]
+            Src::Device(_, n) => *n,
+        }
+    }
+}
+
+/// One input shape's binding: an input tensor allocated by ONNX Runtime in
+/// the binding's memory and bound once, and its outputs bound once.
+struct Bound {
+    shape: Vec<usize>,
+    binding: ort::session::IoBinding,
+    input: ort::value::Tensor<f32>,
+    last_used: u64,
+}
+
+/// IoBinding for one session: a binding per input shape (a batch size is a
+/// shape), made the first time that shape runs and reused for every later
+/// run, so addresses stay fixed and nothing is allocated per frame.
+pub struct Bindings {
+    memory: BindMemory,
+    allocator: ort::memory::Allocator,
+    out_info: ort::memory::MemoryInfo<'static>,
+    input_name: String,
+    output_names: Vec<String>,
+    /// A host input for a GPU provider is copied to the device when bound, so
+    /// it has to be bound again before each run.
+    rebind_input: bool,
+    run_options: ort::session::RunOptions,
+    cache: Vec<Bound>,
+    capacity: usize,
+    clock: u64,
+    created: u64,
+}
+
+impl Bindings {
+    /// Bindings for `session` (whose provider is `provider`) in `memory`,
+    /// keeping at most `capacity` input shapes.
+    pub fn new(
+        session: &Session,
+        provider: ProviderName,
+        memory: BindMemory,
+        input_name: &str,
+        output_names: Vec<String>,
+        capacity: usize,
+    ) -> Result<Self, String> {
+        use ort::memory::Allocator;
+        let e = |e: ort::Error| e.to_string();
+        #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+        let mut run_options = ort::session::RunOptions::new().map_err(e)?;
+        let (allocator, out_info) = match &memory {
+            BindMemory::Host => {
+                let a = Allocator::default();
+                let info = a.memory_info().to_owned();
+                (a, info)
+            }
+            #[cfg(feature = "cuda")]
+            BindMemory::Device(gpu) => {
+                use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+                let info = MemoryInfo::new(AllocationDevice::CUDA, gpu.ctx.ordinal() as i32, AllocatorType::Device, MemoryType::Default)
+                    .map_err(e)?;
+                let a = Allocator::new(session, info.clone()).map_err(|err| format!("no CUDA allocator for the session: {err}"))?;
+                // Inference is queued on the shared stream after the copies in;
+                // the one wait is after the downloads of the outputs.
+                run_options.disable_device_sync().map_err(e)?;
+                (a, info.to_owned())
+            }
+        };
+        #[cfg(not(feature = "cuda"))]
+        let _ = session;
+        let gpu_provider = matches!(provider, ProviderName::Cuda | ProviderName::Tensorrt);
+        Ok(Bindings {
+            rebind_input: gpu_provider && matches!(memory, BindMemory::Host),
+            memory,
+            allocator,
+            out_info,
+            input_name: input_name.to_string(),
+            output_names,
+            run_options,
+            cache: Vec::new(),
+            capacity: capacity.max(1),
+            clock: 0,
+            created: 0,
+        })
+    }
+
+    pub fn memory(&self) -> &BindMemory {
+        &self.memory
+    }
+
+    /// Bindings made so far (one per input shape seen; flat in steady state).
+    pub fn created(&self) -> u64 {
+        self.created
+    }
+
+    /// The binding for `shape`, made on first use (the least recently used
+    /// one is dropped when `capacity` shapes are already bound).
+    fn slot(&mut self, session: &Session, shape: &[usize]) -> Result<usize, String> {
+        self.clock += 1;
+        if let Some(i) = self.cache.iter().position(|b| b.shape == shape) {
+            self.cache[i].last_used = self.clock;
+            return Ok(i);
+        }
+        if self.cache.len() >= self.capacity
+            && let Some(oldest) = self.cache.iter().enumerate().min_by_key(|(_, b)| b.last_used).map(|(i, _)| i)
+        {
+            self.cache.swap_remove(oldest);
+        }
+        let e = |e: ort::Error| e.to_string();
+        let input = ort::value::Tensor::<f32>::new(&self.allocator, shape.to_vec()).map_err(e)?;
+        let mut binding = session.create_binding().map_err(e)?;
+        // An owned tensor from ONNX Runtime's allocator: bound by reference, not copied.
+        binding.bind_input(self.input_name.as_str(), &input).map_err(e)?;
+        for name in &self.output_names {
+            binding.bind_output_to_device(name.as_str(), &self.out_info).map_err(e)?;
+        }
+        self.created += 1;
+        self.cache.push(Bound { shape: shape.to_vec(), binding, input, last_used: self.clock });
+        Ok(self.cache.len() - 1)
+    }
+
+    /// Run `session` on the inputs in `parts`, stacked in order along the
+    /// first dimension into the bound input of `shape`. Each output is
+    /// handed to `out` (name, shape) for a host buffer of its length, which is
+    /// filled: from device memory with one download per output and one wait
+    /// for them all.
+    pub fn run<B: std::ops::DerefMut<Target = [f32]>>(
+        &mut self,
+        session: &mut Session,
+        shape: &[usize],
+        parts: &[Src<'_>],
+        mut out: impl FnMut(&str, usize) -> B,
+    ) -> Result<Vec<(String, Vec<usize>, B)>, String> {
+        let total: usize = shape.iter().product();
+        let given: usize = parts.iter().map(Src::len).sum();
+        if given != total {
+            return Err(format!("input of shape {shape:?} needs {total} values, got {given}"));
+        }
+        let i = self.slot(session, shape)?;
+        let memory = self.memory.clone();
+        let b = &mut self.cache[i];
+        // Copy the parts in.
+        match &memory {
+            BindMemory::Host => {
+                let (_, dst) = b.input.extract_tensor_mut();
+                let mut at = 0;
+                for p in parts {
+                    match p {
+                        Src::Host(d) => dst[at..at + d.len()].copy_from_slice(d),
+                        #[cfg(feature = "cuda")]
+                        Src::Device(buf, n) => buf.gpu().download(buf.ptr, &mut dst[at..at + n]).map_err(|e| e.to_string())?,
+                    }
+                    at += p.len();
+                }
+            }
+            #[cfg(feature = "cuda")]
+            BindMemory::Device(gpu) => {
+                let base = b.input.data_ptr_mut() as u64;
+                let mut at = 0u64;
+                for p in parts {
+                    match p {
+                        Src::Host(d) => gpu.upload_async(d, base + at * 4),
+                        Src::Device(buf, n) if std::sync::Arc::ptr_eq(buf.gpu(), gpu) => gpu.copy_d2d(buf.ptr, base + at * 4, n * 4),
+                        // A tensor on another device: through the host.
+                        Src::Device(buf, n) => {
+                            let mut v = vec![0f32; *n];
+                            buf.gpu().download(buf.ptr, &mut v).and_then(|_| gpu.upload_async(&v, base + at * 4))
+                        }
+                    }
+                    .map_err(|e| e.to_string())?;
+                    at += p.len() as u64;
+                }
+            }
+        }
+        if self.rebind_input {
+            b.binding.bind_input(self.input_name.as_str(), &b.input).map_err(|e| e.to_string())?;
+        }
+        let outputs = session.run_binding_with_options(&b.binding, &self.run_options).map_err(|e| e.to_string())?;
+        let mut result = Vec::with_capacity(self.output_names.len());
+        for name in &self.output_names {
+            let v = outputs.get(name.as_str()).ok_or_else(|| format!("model produced no output `{name}`"))?;
+            let t = v.view().downcast::<ort::value::TensorValueType<f32>>().map_err(|e| format!("output `{name}`: {e}"))?;
+            let dims: Vec<usize> = t.shape().iter().map(|&x| x.max(0) as usize).collect();
+            let mut host = out(name, dims.iter().product());
+            match &memory {
+                BindMemory::Host => {
+                    let (_, d) = t.extract_tensor();
+                    host.copy_from_slice(d);
+                }
+                #[cfg(feature = "cuda")]
+                BindMemory::Device(gpu) => {
+                    // SAFETY: the output holds `host.len()` values on the device (its
+                    // shape says so), and `host` is kept untouched in `result`
+                    // until the wait below.
+                    unsafe { gpu.download_async(t.data_ptr() as u64, &mut host) }.map_err(|e| e.to_string())?;
+                }
+            }
+            result.push((name.clone(), dims, host));
+        }
+        #[cfg(feature = "cuda")]
+        if let BindMemory::Device(gpu) = &memory {
+            gpu.sync().map_err(|e| e.to_string())?;
+        }
+        Ok(result)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::TensorRtOptions;
+
+    /// Bindings on the real PP-OCR detector (CPU, host memory): outputs equal
+    /// plain runs, one binding per input shape however many runs, stacked
+    /// parts land in their slots, and the least recently used shape goes.
+    #[test]
+    fn bindings_are_made_once_per_shape_and_match_plain_runs() {
+        let lib = default_library();
+        if !lib.exists() {
+            panic!("{} is missing: run scripts/setup.sh first", lib.display());
+        }
+        let rt = runtime(None).unwrap();
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/ppocr/ch_PP-OCRv4_det_infer.onnx");
+        let mut m = open_session(rt, &model, &SessionOptions::cpu_single()).unwrap();
+        let (input, outputs) = (m.inputs[0].name.clone(), m.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>());
+        let mut b = Bindings::new(&m.session, m.provider, BindMemory::Host, &input, outputs.clone(), 2).unwrap();
+        let image = |seed: u32, n: usize| -> Vec<f32> {
+            (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 255) as f32 / 127.5 - 1.0).collect()
+        };
+        let plain = |m: &mut ModelSession, shape: &[usize], data: &[f32]| -> Vec<f32> {
+            let t = ort::value::TensorRef::from_array_view((shape.to_vec(), data)).unwrap();
+            let o = m.session.run(ort::inputs![input.as_str() => t]).unwrap();
+            o[0].try_extract_tensor::<f32>().unwrap().1.to_vec()
+        };
+        let one = [1usize, 3, 64, 96];
+        let n1: usize = one.iter().product();
+        for seed in 0..4 {
+            let x = image(seed, n1);
+            let got = b.run(&mut m.session, &one, &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap();
+            assert_eq!(got[0].1, vec![1, 1, 64, 96]);
+            assert_eq!(got[0].2, plain(&mut m, &one, &x), "run {seed}");
+        }
+        assert_eq!(b.created(), 1, "one binding for one shape");
+        // Two frames stacked into a batch of two: each half equals its own run.
+        let (x, y) = (image(7, n1), image(8, n1));
+        let two = [2usize, 3, 64, 96];
+        let got = b.run(&mut m.session, &two, &[Src::Host(&x), Src::Host(&y)], |_, n| vec![0f32; n]).unwrap();
+        let per = got[0].2.len() / 2;
+        let (px, py) = (plain(&mut m, &one, &x), plain(&mut m, &one, &y));
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(p, q)| (p - q).abs() < 1e-5);
+        assert!(close(&got[0].2[..per], &px) && close(&got[0].2[per..], &py), "stacked halves differ from single runs");
+        assert_eq!(b.created(), 2);
+        // A third shape evicts the oldest (capacity 2); coming back rebinds it.
+        let three = [1usize, 3, 32, 32];
+        b.run(&mut m.session, &three, &[Src::Host(&image(1, 3 * 32 * 32))], |_, n| vec![0f32; n]).unwrap();
+        b.run(&mut m.session, &two, &[Src::Host(&x), Src::Host(&y)], |_, n| vec![0f32; n]).unwrap();
+        assert_eq!(b.created(), 3, "the batch shape was still bound");
+        b.run(&mut m.session, &one, &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap();
+        assert_eq!(b.created(), 4, "the single-frame shape was evicted and bound again");
+        // Too few values for the shape is an error, not a read past the end.
+        let e = b.run(&mut m.session, &two, &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap_err();
+        assert!(e.contains("needs 36864 values, got 18432"), "{e}");
+    }
 
     #[test]
     fn engine_cache_is_keyed_by_model_shapes_and_version() {

@@ -625,6 +625,24 @@ pub struct InferConfig {
     pub warmup: bool,
     /// Group frames (from one or several streams) into one model run.
     pub batch: Option<BatchConfig>,
+    /// Bind the model's input and outputs once per input shape (ONNX Runtime
+    /// IoBinding): `auto` (on a CUDA or TensorRT provider), `on`, `off`.
+    #[serde(default)]
+    pub io_binding: IoBindingMode,
+}
+
+/// `io_binding` of an `infer` stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoBindingMode {
+    /// On for a CUDA or TensorRT provider (inputs and outputs in device
+    /// memory when the pipeline has a GPU), off on the CPU.
+    #[default]
+    Auto,
+    /// Always, also on the CPU provider (input and outputs in host memory).
+    On,
+    /// Plain runs: the input is read where it is, outputs are new each run.
+    Off,
 }
 
 /// `batch = { max = 4, timeout_ms = 10 }`: a batch runs when full, or when its oldest frame has waited `timeout_ms`.

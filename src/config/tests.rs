@@ -56,7 +56,7 @@ fn every_bad_key_of_one_node_is_reported() {
         vec![
             "p.toml:7:9: invalid type: integer `42`, expected a string",
             "p.toml:8:17: invalid type: string \"two\", expected usize",
-            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`, `batch`",
+            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`, `batch`, `io_binding`",
         ]
     );
 }

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use ort::value::TensorRef;
 
-use crate::backend::ort::{IoInfo, ModelSession, OrtRuntime, SessionOptions, open_session};
-use crate::config::{Diagnostic, InferConfig, PipelineConfig};
+use crate::backend::ort::{BindMemory, Bindings, IoInfo, ModelSession, OrtRuntime, SessionOptions, Src, open_session};
+use crate::config::{Diagnostic, InferConfig, IoBindingMode, PipelineConfig, ProviderName};
 use crate::frame::{Frame, ModelOutputs, Payload, Pool, Tensor};
 use crate::stages::{Stage, StageError};
 
@@ -21,6 +21,40 @@ pub struct Infer {
     /// (max frames, wait) when batching is on and the model takes a dynamic batch.
     batch: Option<(usize, std::time::Duration)>,
     stacked: Vec<f32>,
+    /// IoBinding (input and outputs bound once per input shape), when on.
+    bound: Option<Bindings>,
+}
+
+/// Where the stage binds its model's input and outputs, if it does
+/// (`io_binding`): device memory for a GPU provider when the pipeline has the
+/// GPU, host memory otherwise.
+fn bind_memory(c: &InferConfig, m: &ModelSession, name: &str) -> Option<BindMemory> {
+    let gpu_provider = matches!(m.provider, ProviderName::Cuda | ProviderName::Tensorrt);
+    match c.io_binding {
+        IoBindingMode::Off => return None,
+        IoBindingMode::Auto if !gpu_provider => return None,
+        _ => {}
+    }
+    if !gpu_provider {
+        return Some(BindMemory::Host);
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let device_id = c.providers.get_ref().iter().find(|p| p.name == m.provider).map_or(0, |p| p.device_id);
+        match crate::backend::cuda::Gpu::shared(device_id.max(0) as usize) {
+            Ok(gpu) => return Some(BindMemory::Device(gpu)),
+            Err(e) => tracing::warn!(
+                "stage `{name}`: {} runs on the GPU but the pipeline cannot use it ({e}); inputs and outputs go through host memory",
+                m.provider
+            ),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    tracing::warn!(
+        "stage `{name}`: {} runs on the GPU but this build has no `cuda` feature; inputs and outputs go through host memory",
+        m.provider
+    );
+    Some(BindMemory::Host)
 }
 
 /// Cores on this machine.
@@ -88,8 +122,27 @@ impl Infer {
             }
             _ => None,
         };
-        let mut stage =
-            Infer { name, model: path.display().to_string(), m, input, output_names, pools, intra_threads, batch, stacked: Vec::new() };
+        let bound = match bind_memory(c, &m, &name) {
+            Some(memory) => {
+                let capacity = batch.map_or(1, |b| b.0) + 2;
+                let b = Bindings::new(&m.session, m.provider, memory, &input, output_names.clone(), capacity)
+                    .map_err(|e| cfg.diag(c.model.span(), format!("stage `{name}`: cannot bind the model's input and outputs: {e}")))?;
+                Some(b)
+            }
+            None => None,
+        };
+        let mut stage = Infer {
+            name,
+            model: path.display().to_string(),
+            m,
+            input,
+            output_names,
+            pools,
+            intra_threads,
+            batch,
+            stacked: Vec::new(),
+            bound,
+        };
         if c.warmup
             && let Some(shape) = warm_shape
         {
@@ -111,29 +164,47 @@ impl Infer {
         self.m.provider
     }
 
+    /// Bindings made so far (flat in steady state: one per input shape).
+    pub fn bindings_created(&self) -> Option<u64> {
+        self.bound.as_ref().map(Bindings::created)
+    }
+
+    /// Run on the bound input: `parts` stacked along the first dimension.
+    fn run_bound(&mut self, shape: &[usize], parts: &[Src<'_>]) -> Result<Vec<(String, Tensor)>, String> {
+        let b = self.bound.as_mut().expect("called with bindings only");
+        let pools = &self.pools;
+        let mut k = 0;
+        let outs = b.run(&mut self.m.session, shape, parts, |_, n| {
+            let buf = pools[k].get(n);
+            k += 1;
+            buf
+        })?;
+        Ok(outs.into_iter().map(|(name, shape, data)| (name, Tensor { shape, data })).collect())
+    }
+
     fn run(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
+        if self.bound.is_some() {
+            return self.run_bound(shape, &[Src::Host(data)]);
+        }
         let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
         self.run_input(input.into())
     }
 
-    /// Run on a tensor in device memory: in place on a GPU provider (after the
-    /// kernels queued on the shared stream), else downloaded once.
+    /// Run on a tensor in device memory: copied on the device into the bound
+    /// input (ordered after the kernels on the shared stream), else
+    /// downloaded once.
     #[cfg(feature = "cuda")]
     fn run_device(&mut self, shape: &[usize], d: &crate::backend::cuda::DeviceBuf) -> Result<Vec<(String, Tensor)>, String> {
-        use crate::config::ProviderName;
-        if !matches!(self.m.provider, ProviderName::Cuda | ProviderName::Tensorrt) {
-            // One download into the stage's reused buffer (no allocation per frame).
-            let mut host = std::mem::take(&mut self.stacked);
-            host.resize(shape.iter().product(), 0.0);
-            let r = d.gpu().download(d.ptr, &mut host).map_err(|e| e.to_string()).and_then(|_| self.run(shape, &host));
-            self.stacked = host;
-            return r;
+        let n = shape.iter().product();
+        if self.bound.is_some() {
+            return self.run_bound(shape, &[Src::Device(d, n)]);
         }
-        // Ordered on the shared stream already; the wait covers a provider that
-        // could not take our stream (it then runs on its own).
-        d.gpu().sync().map_err(|e| e.to_string())?;
-        let device_id = d.gpu().ctx.ordinal() as i32;
-        crate::backend::ort::with_device_tensor(d, shape, device_id, |t| self.run_input(t.into()))?
+        // One download into the stage's reused buffer (no allocation per frame).
+        let mut host = std::mem::take(&mut self.stacked);
+        host.resize(n, 0.0);
+        let r = d.gpu().download(d.ptr, &mut host).map_err(|e| e.to_string()).and_then(|_| self.run(shape, &host));
+        self.stacked = host;
+        r
     }
 
     fn run_input(&mut self, input: ort::session::SessionInputValue<'_>) -> Result<Vec<(String, Tensor)>, String> {
@@ -151,6 +222,25 @@ impl Infer {
 }
 
 impl Infer {
+    /// Stack `tensors` in the stage's reused host buffer and run them.
+    fn run_host_stacked(&mut self, shape: &[usize], tensors: &[&crate::frame::ModelInput]) -> Result<Vec<(String, Tensor)>, String> {
+        let mut stacked = std::mem::take(&mut self.stacked);
+        stacked.clear();
+        let mut r = Ok(());
+        for t in tensors {
+            match t.host_data() {
+                Ok(d) => stacked.extend_from_slice(&d),
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        let r = r.and_then(|_| self.run(shape, &stacked));
+        self.stacked = stacked;
+        r
+    }
+
     /// Run frames whose inputs have the same shape `[1, ...]` as one batch and
     /// give each frame its slice of the outputs.
     fn run_stacked(&mut self, frames: &mut [Frame], idx: &[usize]) -> Result<(), String> {
@@ -170,19 +260,24 @@ impl Infer {
             inputs.iter().map(|p| if let Payload::Input(mi) = &**p { mi } else { unreachable!() }).collect();
         let mut shape = tensors[0].tensor.shape.clone();
         shape[0] = tensors.len();
-        let mut stacked = std::mem::take(&mut self.stacked);
-        stacked.clear();
-        for t in &tensors {
-            match t.host_data() {
-                Ok(d) => stacked.extend_from_slice(&d),
-                Err(e) => {
-                    self.stacked = stacked;
-                    return Err(e);
-                }
-            }
-        }
-        let r = self.run(&shape, &stacked);
-        self.stacked = stacked;
+        let r = if self.bound.is_some() {
+            // Each frame's tensor goes straight into its slot of the bound input.
+            let per: usize = shape[1..].iter().product();
+            let parts: Vec<Src<'_>> = tensors
+                .iter()
+                .map(|t| {
+                    #[cfg(feature = "cuda")]
+                    if let Some(d) = &t.device {
+                        return Src::Device(d, per);
+                    }
+                    let _ = per;
+                    Src::Host(&t.tensor.data)
+                })
+                .collect();
+            self.run_bound(&shape, &parts)
+        } else {
+            self.run_host_stacked(&shape, &tensors)
+        };
         let outputs = r?;
         let n = idx.len();
         for (k, &i) in idx.iter().enumerate() {
@@ -253,8 +348,12 @@ impl Stage for Infer {
     }
 
     fn describe(&self) -> String {
+        let binding = match &self.bound {
+            Some(b) => format!(", IoBinding in {} memory", b.memory().name()),
+            None => String::new(),
+        };
         format!(
-            "{} on {} ({} intra-op thread{})",
+            "{} on {} ({} intra-op thread{}{binding})",
             self.model,
             self.m.provider,
             self.intra_threads,
