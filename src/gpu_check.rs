@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use crate::backend::cuda::{Gpu, checksum_host};
 use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
-use crate::backend::nvdec::{device_image, download_image, hw_device, upload_image};
+use crate::backend::nvdec::{Surfaces, device_image, download_image, hw_device, upload_image};
 use crate::config::Layout;
 use crate::frame::convert::{HostPlanes, KernelParams, Normalize, SrcFormat, TwinOut, f16_to_f32, preprocess_twin};
 use crate::frame::{Image, Letterbox, Pool, Storage};
@@ -44,7 +44,10 @@ pub struct GpuCheckReport {
     pub soak_free_mib: (f64, f64),
     /// Device buffers allocated after warm-up and at the end.
     pub soak_allocations: (u64, u64),
+    /// NVDEC + copy + kernel, surfaces held until their copies complete (as pipelines run).
     pub nvdec_fps: f64,
+    /// The same, waiting for each frame's copy before decoding the next.
+    pub nvdec_fps_waited: f64,
     pub software_fps: f64,
     pub kernel_ms_per_frame: f64,
     pub failures: Vec<String>,
@@ -122,6 +125,58 @@ fn decode_diff(nv12: &Image, yuv: &Image) -> Result<u32, String> {
     Ok(worst)
 }
 
+/// Decode up to `max` frames and run the kernel on each, queued with no
+/// wait; `each(i)` is called after frame `i + 1`. Returns the frames done.
+fn decode_and_preprocess(
+    gpu: &Arc<Gpu>,
+    dec: &mut VideoDecoder,
+    mut held: Option<&mut Surfaces>,
+    case: &(u32, u32, bool, bool, Layout, bool),
+    max: usize,
+    mut each: impl FnMut(usize),
+) -> Result<usize, String> {
+    let mut n = 0;
+    while n < max {
+        let img = match dec.next_frame().map_err(|e| e.to_string())? {
+            Some(f) => device_image(f, gpu, held.as_deref_mut())?,
+            None => break,
+        };
+        let Storage::Device(d) = &img.storage else { unreachable!("device images only") };
+        let k = params(&img, case);
+        let out = gpu.alloc(k.out_len() * 4).map_err(|e| e.to_string())?;
+        gpu.preprocess([d.planes[0], d.planes[1], 0], [d.pitches[0], d.pitches[1], 0], &k, out.ptr).map_err(|e| e.to_string())?;
+        n += 1;
+        each(n);
+    }
+    Ok(n)
+}
+
+/// Kernel time per frame: 200 launches on one decoded frame, one wait.
+fn kernel_time(
+    gpu: &Arc<Gpu>,
+    video: &Path,
+    hw: &crate::backend::ffmpeg::HwDevice,
+    case: &(u32, u32, bool, bool, Layout, bool),
+) -> Result<f64, String> {
+    let mut dec = VideoDecoder::open_cuda(video, hw).map_err(|e| e.to_string())?;
+    let img = match dec.next_frame().map_err(|e| e.to_string())? {
+        Some(f) => device_image(f, gpu, None)?,
+        None => return Err("the video has no frames".into()),
+    };
+    let Storage::Device(d) = &img.storage else { unreachable!("device images only") };
+    let k = params(&img, case);
+    let out = gpu.alloc(k.out_len() * 4).map_err(|e| e.to_string())?;
+    let launch = || gpu.preprocess([d.planes[0], d.planes[1], 0], [d.pitches[0], d.pitches[1], 0], &k, out.ptr).map_err(|e| e.to_string());
+    launch()?;
+    gpu.sync().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    for _ in 0..200 {
+        launch()?;
+    }
+    gpu.sync().map_err(|e| e.to_string())?;
+    Ok(t0.elapsed().as_secs_f64() * 1e3 / 200.0)
+}
+
 /// Run every check on `video` with a soak of at least `soak_frames` frames.
 pub fn run(video: &Path, soak_frames: usize, device: usize) -> Result<GpuCheckReport, String> {
     let gpu = Gpu::shared(device).map_err(|e| e.to_string())?;
@@ -137,10 +192,13 @@ pub fn run(video: &Path, soak_frames: usize, device: usize) -> Result<GpuCheckRe
     // 1-3: frame by frame against software decode.
     let mut nv = VideoDecoder::open_cuda(video, &hw).map_err(|e| e.to_string())?;
     let mut sw = VideoDecoder::open(video, 0).map_err(|e| e.to_string())?;
+    // Surfaces held by events, as in pipelines: the checksums below show the
+    // copies are ordered without a wait per frame.
+    let mut held = Surfaces::new(&gpu);
     let compare = 30usize;
     while r.frames_compared < compare {
         let dev = match nv.next_frame().map_err(|e| e.to_string())? {
-            Some(f) => device_image(f, &gpu)?,
+            Some(f) => device_image(f, &gpu, Some(&mut held))?,
             None => break,
         };
         let Some(sf) = sw.next_frame().map_err(|e| e.to_string())? else { break };
@@ -183,50 +241,47 @@ pub fn run(video: &Path, soak_frames: usize, device: usize) -> Result<GpuCheckRe
         r.failures.push(format!("f16 kernel output is {} f16 steps from its CPU twin (limit 1)", r.kernel_f16_max_ulps));
     }
 
-    // 4: soak + NVDEC fps: decode the file again and again, preprocess every frame.
+    // 4: soak + NVDEC fps: decode the file again and again, preprocess every
+    // frame, with no wait per frame (surfaces held by events).
     let k_case = &CASES[0];
-    let mut warm = None;
+    // Device memory and pool size at frame 100 and at the last frame, each
+    // with a decoder open.
+    let (mut warm, mut end) = (None, None);
     let t0 = Instant::now();
-    let mut kernel_s = 0.0;
     while r.soak_frames < soak_frames {
         let mut dec = VideoDecoder::open_cuda(video, &hw).map_err(|e| e.to_string())?;
-        let mut n = 0;
-        while r.soak_frames < soak_frames {
-            let img = match dec.next_frame() {
-                Ok(Some(f)) => device_image(f, &gpu)?,
-                Ok(None) => break,
-                Err(e) => return Err(format!("soak frame {}: {e}", r.soak_frames)),
-            };
-            let Storage::Device(d) = &img.storage else { unreachable!() };
-            let k = params(&img, k_case);
-            let out = gpu.alloc(k.out_len() * 4).map_err(|e| e.to_string())?;
-            let tk = Instant::now();
-            gpu.preprocess([d.planes[0], d.planes[1], 0], [d.pitches[0], d.pitches[1], 0], &k, out.ptr).map_err(|e| e.to_string())?;
-            gpu.sync().map_err(|e| e.to_string())?;
-            kernel_s += tk.elapsed().as_secs_f64();
-            n += 1;
-            r.soak_frames += 1;
-            if r.soak_frames == 100 {
-                let (free, _) = gpu.mem_info().map_err(|e| e.to_string())?;
-                warm = Some((free, gpu.allocations()));
+        let n = decode_and_preprocess(&gpu, &mut dec, Some(&mut held), k_case, soak_frames - r.soak_frames, |done| {
+            let at = r.soak_frames + done;
+            if at == 100 || at == soak_frames {
+                let now = Some((gpu.mem_info().map(|m| m.0).unwrap_or(0), gpu.allocations()));
+                if at == 100 { warm = now } else { end = now }
             }
-        }
+        })
+        .map_err(|e| format!("soak frame {}: {e}", r.soak_frames))?;
         if n == 0 {
             return Err("the video has no frames".into());
         }
+        r.soak_frames += n;
     }
+    gpu.sync().map_err(|e| e.to_string())?;
     r.nvdec_fps = r.soak_frames as f64 / t0.elapsed().as_secs_f64();
-    r.kernel_ms_per_frame = kernel_s * 1e3 / r.soak_frames.max(1) as f64;
-    let (free_end, _) = gpu.mem_info().map_err(|e| e.to_string())?;
-    if let Some((free_warm, alloc_warm)) = warm {
+    drop(held);
+    // The same work waiting for each copy, for the ratio.
+    let t0 = Instant::now();
+    let mut dec = VideoDecoder::open_cuda(video, &hw).map_err(|e| e.to_string())?;
+    let n = decode_and_preprocess(&gpu, &mut dec, None, k_case, 300, |_| {})?;
+    gpu.sync().map_err(|e| e.to_string())?;
+    r.nvdec_fps_waited = n as f64 / t0.elapsed().as_secs_f64();
+    r.kernel_ms_per_frame = kernel_time(&gpu, video, &hw, k_case)?;
+    if let (Some((free_warm, alloc_warm)), Some((free_end, alloc_end))) = (warm, end) {
         let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
         r.soak_free_mib = (mib(free_warm), mib(free_end));
-        r.soak_allocations = (alloc_warm, gpu.allocations());
+        r.soak_allocations = (alloc_warm, alloc_end);
         if (mib(free_warm) - mib(free_end)).abs() > 64.0 {
             r.failures.push(format!("device memory moved by {:.0} MiB during the soak", mib(free_warm) - mib(free_end)));
         }
-        if gpu.allocations() != alloc_warm {
-            r.failures.push(format!("buffer pool grew from {alloc_warm} to {} during the soak", gpu.allocations()));
+        if alloc_end != alloc_warm {
+            r.failures.push(format!("buffer pool grew from {alloc_warm} to {alloc_end} during the soak"));
         }
     }
 
@@ -264,6 +319,13 @@ impl std::fmt::Display for GpuCheckReport {
             self.software_fps,
             self.nvdec_fps / self.software_fps.max(1e-9),
             self.kernel_ms_per_frame
+        )?;
+        writeln!(
+            f,
+            "NVDEC surfaces held by events: {:.0} fps vs waiting for each copy: {:.0} fps (ratio {:.2})",
+            self.nvdec_fps,
+            self.nvdec_fps_waited,
+            self.nvdec_fps / self.nvdec_fps_waited.max(1e-9)
         )?;
         if self.failures.is_empty() {
             write!(f, "GPU check: PASS")

@@ -270,6 +270,49 @@ impl Gpu {
         unsafe { sys::cuMemcpy2DAsync_v2(&p, self.cu_stream()) }.result().map_err(drv)
     }
 
+    /// Copy `height` rows of `width_bytes` from a pitched device region into
+    /// `dst` (rows `dst_pitch` apart) and wait for them.
+    pub fn download_2d(
+        &self,
+        src: u64,
+        src_pitch: usize,
+        dst: &mut [u8],
+        dst_pitch: usize,
+        width_bytes: usize,
+        height: usize,
+    ) -> Result<(), GpuError> {
+        if height > 0 && (dst_pitch < width_bytes || dst.len() < dst_pitch * (height - 1) + width_bytes) {
+            return Err(GpuError::Driver(format!("{height} rows of {width_bytes} bytes do not fit a {}-byte host buffer", dst.len())));
+        }
+        self.bind()?;
+        let p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            dstHost: dst.as_mut_ptr().cast(),
+            dstDevice: 0,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width_bytes,
+            Height: height,
+        };
+        // SAFETY: the source is device memory of this context holding
+        // `height` rows of `src_pitch` (callers pass a frame's plane); the
+        // destination range was checked above to lie inside `dst`, which is
+        // borrowed until the stream is synchronised below.
+        unsafe {
+            sys::cuMemcpy2DAsync_v2(&p, self.cu_stream()).result().map_err(drv)?;
+            result::stream::synchronize(self.cu_stream()).map_err(drv)
+        }
+    }
+
     /// Copy device bytes at `src` into `dst` and wait for them.
     pub fn download<T: Copy>(&self, src: u64, dst: &mut [T]) -> Result<(), GpuError> {
         self.bind()?;

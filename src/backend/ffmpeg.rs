@@ -421,9 +421,10 @@ impl HwDevice {
                 return Err("out of memory".into());
             }
             (*c).get_format = Some(pick_cuda);
-            // Frames are copied out of the decoder's surfaces at once, so a
-            // couple of extra surfaces cover the one in hand.
-            (*c).extra_hw_frames = 2;
+            // Frames are copied out of the decoder's surfaces at once; a
+            // couple of extra surfaces cover the one in hand and those held
+            // until their copies complete (`nvdec::Surfaces`).
+            (*c).extra_hw_frames = 2 + HELD_SURFACES as i32;
             (*c).thread_count = 1;
         }
         Ok(())
@@ -482,6 +483,24 @@ pub struct CudaPlanes {
     pub width: u32,
     pub height: u32,
     pub color: ColorInfo,
+}
+
+/// Decoded CUDA frames a source may hold while their copies complete.
+pub const HELD_SURFACES: usize = 3;
+
+/// A new reference to `frame`'s buffers (no copy). For a CUDA frame it keeps
+/// the decoder's surface mapped until dropped.
+pub fn frame_ref(frame: &ff::frame::Video) -> Result<ff::frame::Video, String> {
+    // SAFETY: `frame` is a valid frame; av_frame_clone returns a new frame
+    // referencing the same buffers (or null when out of memory), which
+    // `Video::wrap` owns and frees with av_frame_free on drop.
+    unsafe {
+        let p = ffi::av_frame_clone(frame.as_ptr());
+        if p.is_null() {
+            return Err("out of memory".into());
+        }
+        Ok(ff::frame::Video::wrap(p))
+    }
 }
 
 /// The device planes of a CUDA frame (`None` for a host frame).

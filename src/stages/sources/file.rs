@@ -36,7 +36,8 @@ enum Decode {
     Software(Option<String>),
     /// NVDEC into device frames on this GPU.
     #[cfg(feature = "cuda")]
-    Nvdec(std::sync::Arc<crate::backend::cuda::Gpu>, #[allow(dead_code)] crate::backend::ffmpeg::HwDevice),
+    /// (The FFmpeg device is kept for reopening; the surfaces are held until their copies have run.)
+    Nvdec(std::sync::Arc<crate::backend::cuda::Gpu>, crate::backend::ffmpeg::HwDevice, crate::backend::nvdec::Surfaces),
 }
 
 /// Try NVDEC for `path`: the shared GPU, FFmpeg's device on its context and
@@ -46,7 +47,8 @@ fn open_nvdec(path: &std::path::Path, device: usize, max_pixels: u64) -> Result<
     let gpu = crate::backend::cuda::Gpu::shared(device).map_err(|e| e.to_string())?;
     let hw = crate::backend::nvdec::hw_device(&gpu)?;
     let dec = VideoDecoder::open_cuda_limited(path, &hw, max_pixels).map_err(|e| e.to_string())?;
-    Ok((dec, Decode::Nvdec(gpu, hw)))
+    let surfaces = crate::backend::nvdec::Surfaces::new(&gpu);
+    Ok((dec, Decode::Nvdec(gpu, hw, surfaces)))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -104,7 +106,7 @@ impl FileSource {
                 tracing::info!("source `{}`: software decode (hwaccel auto: {why})", node.name)
             }
             #[cfg(feature = "cuda")]
-            Decode::Nvdec(gpu, _) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
+            Decode::Nvdec(gpu, ..) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
             _ => {}
         }
         let uri = c.uri.get_ref();
@@ -170,7 +172,7 @@ impl Source for FileSource {
             Decode::Software(None) => "software (hwaccel = \"none\")".to_string(),
             Decode::Software(Some(why)) => format!("software ({why})"),
             #[cfg(feature = "cuda")]
-            Decode::Nvdec(gpu, _) => format!("NVDEC on {}", gpu.name),
+            Decode::Nvdec(gpu, ..) => format!("NVDEC on {}", gpu.name),
         })
     }
 
@@ -180,7 +182,7 @@ impl Source for FileSource {
             Decode::Software(None) => "FFmpeg software".to_string(),
             Decode::Software(Some(why)) => format!("FFmpeg software; no NVDEC: {why}"),
             #[cfg(feature = "cuda")]
-            Decode::Nvdec(gpu, _) => format!("NVDEC on {}", gpu.name),
+            Decode::Nvdec(gpu, ..) => format!("NVDEC on {}", gpu.name),
         };
         format!(
             "{} ({} {}x{}{}, decode: {decode}{})",
@@ -204,7 +206,7 @@ impl Source for FileSource {
         self.decoder = match &self.decode {
             Decode::Software(_) => VideoDecoder::open_with(&self.path, self.threads, &self.opts),
             #[cfg(feature = "cuda")]
-            Decode::Nvdec(_, hw) => VideoDecoder::open_cuda(&self.path, hw),
+            Decode::Nvdec(_, hw, _) => VideoDecoder::open_cuda(&self.path, hw),
         }
         .map_err(|e| e.to_string())?;
         // Timestamps go on one frame after the last one.
@@ -244,10 +246,10 @@ impl Source for FileSource {
                 );
                 continue;
             }
-            let image = match &self.decode {
+            let image = match &mut self.decode {
                 Decode::Software(_) => copy_to_image(decoded, &self.pool),
                 #[cfg(feature = "cuda")]
-                Decode::Nvdec(gpu, _) => crate::backend::nvdec::device_image(decoded, gpu),
+                Decode::Nvdec(gpu, _, held) => crate::backend::nvdec::device_image(decoded, gpu, Some(held)),
             };
             let image = match image {
                 Ok(i) => i,
