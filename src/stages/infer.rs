@@ -125,8 +125,23 @@ impl Infer {
         let bound = match bind_memory(c, &m, &name) {
             Some(memory) => {
                 let capacity = batch.map_or(1, |b| b.0) + 2;
-                let b = Bindings::new(&m.session, m.provider, memory, &input, output_names.clone(), capacity)
-                    .map_err(|e| cfg.diag(c.model.span(), format!("stage `{name}`: cannot bind the model's input and outputs: {e}")))?;
+                let bind = |memory| Bindings::new(&m.session, m.provider, memory, &input, output_names.clone(), capacity);
+                let on_device = !matches!(memory, BindMemory::Host);
+                let b = match bind(memory) {
+                    Ok(b) => b,
+                    // Device memory the session cannot allocate: host memory, loudly.
+                    Err(e) if on_device => {
+                        tracing::warn!(
+                            "stage `{name}`: cannot bind the model's input and outputs in device memory ({e}); binding them in host memory"
+                        );
+                        bind(BindMemory::Host).map_err(|e| {
+                            cfg.diag(c.model.span(), format!("stage `{name}`: cannot bind the model's input and outputs: {e}"))
+                        })?
+                    }
+                    Err(e) => {
+                        return Err(cfg.diag(c.model.span(), format!("stage `{name}`: cannot bind the model's input and outputs: {e}")));
+                    }
+                };
                 Some(b)
             }
             None => None,
