@@ -141,6 +141,29 @@ pub fn compile_kernels(arch: &str) -> Result<Ptx, GpuError> {
     cudarc::nvrtc::compile_ptx_with_opts(KERNELS, opts).map_err(|e| GpuError::Compile(format!("{e:?}")))
 }
 
+/// A 2D copy of `height` rows of `width_bytes` from a pitched device region;
+/// the caller fills in the destination.
+fn plane_copy(src: u64, src_pitch: usize, width_bytes: usize, height: usize) -> sys::CUDA_MEMCPY2D {
+    sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: 0,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: 0,
+        WidthInBytes: width_bytes,
+        Height: height,
+    }
+}
+
 /// One device: context, stream, kernels, buffer pool.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -248,22 +271,10 @@ impl Gpu {
     ) -> Result<(), GpuError> {
         self.bind()?;
         let p = sys::CUDA_MEMCPY2D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            srcHost: std::ptr::null(),
-            srcDevice: src,
-            srcArray: std::ptr::null_mut(),
-            srcPitch: src_pitch,
-            dstXInBytes: 0,
-            dstY: 0,
             dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            dstHost: std::ptr::null_mut(),
             dstDevice: dst,
-            dstArray: std::ptr::null_mut(),
             dstPitch: dst_pitch,
-            WidthInBytes: width_bytes,
-            Height: height,
+            ..plane_copy(src, src_pitch, width_bytes, height)
         };
         // SAFETY: both regions are device memory in this context of at least
         // `pitch * height` bytes (the callers size them); ordered on our stream.
@@ -286,22 +297,10 @@ impl Gpu {
         }
         self.bind()?;
         let p = sys::CUDA_MEMCPY2D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            srcHost: std::ptr::null(),
-            srcDevice: src,
-            srcArray: std::ptr::null_mut(),
-            srcPitch: src_pitch,
-            dstXInBytes: 0,
-            dstY: 0,
             dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
             dstHost: dst.as_mut_ptr().cast(),
-            dstDevice: 0,
-            dstArray: std::ptr::null_mut(),
             dstPitch: dst_pitch,
-            WidthInBytes: width_bytes,
-            Height: height,
+            ..plane_copy(src, src_pitch, width_bytes, height)
         };
         // SAFETY: the source is device memory of this context holding
         // `height` rows of `src_pitch` (callers pass a frame's plane); the
