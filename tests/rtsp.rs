@@ -452,3 +452,42 @@ fn gives_up_after_max_retries() {
     assert_eq!(processed as usize, frames(&lines), "every frame decoded before the loss is in the file");
     assert!(processed >= 5);
 }
+
+/// A camera that is down when the run starts: without `wait_at_start` the run
+/// stops before anything runs (exit 2, saying how to wait instead); with it,
+/// the run starts with the stream lost, and frames flow once the camera is up,
+/// with one lost/reconnected pair around the wait.
+#[test]
+fn waits_for_a_camera_that_is_down_at_start() {
+    let _serial = serial();
+    let url = "rtsp://127.0.0.1:18559/cam";
+    let mut run = Run::start(&format!("{SOURCE}{NDJSON_SINK}"), url, &[]);
+    let code = run.wait_exit(Duration::from_secs(15));
+    let err = run.stderr();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("source `cam`") && err.contains("wait_at_start = true"), "{err}");
+
+    let mut run = Run::start(&format!("{SOURCE}wait_at_start = true\n{NDJSON_SINK}"), url, &[]);
+    let lines = run.wait_for("a lost event", Duration::from_secs(15), |l| !events(l, "lost").is_empty());
+    let reason = events(&lines, "lost")[0]["reason"].as_str().unwrap().to_string();
+    assert!(reason.starts_with("not reachable at start"), "{reason}");
+    // Still running and still trying while the camera stays away.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(frames(&run.lines()), 0);
+    let _server = Server::start(18559, None);
+    run.wait_for("10 frames", Duration::from_secs(20), |l| frames(l) >= 10);
+    let code = run.interrupt();
+    let err = run.stderr();
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("camera not reachable at start"), "{err}");
+    let lines = run.lines();
+    let (lost, back) = (events(&lines, "lost"), events(&lines, "reconnected"));
+    assert_eq!((lost.len(), back.len()), (1, 1), "one wait expected:\n{lines:?}");
+    assert!(back[0]["gap_ms"].as_u64().unwrap() >= 2000, "{}", back[0]);
+    let first_frame = lines.iter().position(is_frame).unwrap();
+    let at = |name: &str| lines.iter().position(|v| v["event"] == name).unwrap();
+    assert!(at("lost") < at("reconnected") && at("reconnected") < first_frame, "{lines:?}");
+    check_order(&lines);
+    let (_, processed, _, failed) = accounting(&err);
+    assert_eq!((processed as usize, failed), (frames(&lines), 0), "{err}");
+}

@@ -253,6 +253,11 @@ pub struct RtspSourceConfig {
     pub backoff_max_ms: Spanned<u64>,
     /// Give up after this many failed attempts in a row (default: never).
     pub max_retries: Option<u32>,
+    /// A camera that does not answer at start: `false` stops the run before
+    /// anything runs (exit 2); `true` starts the run with the stream lost and
+    /// keeps trying with the backoff (and `max_retries`), as after a loss.
+    #[serde(default)]
+    pub wait_at_start: bool,
     /// Decoder threads; 0 lets FFmpeg choose (default).
     #[serde(default)]
     pub decoder_threads: usize,

@@ -195,6 +195,9 @@ pub struct RtspSource {
     watchdog: Duration,
     reconnect: bool,
     max_retries: Option<u32>,
+    /// Why the camera did not answer at start (`wait_at_start`): the run
+    /// starts with the stream lost.
+    start_error: Option<String>,
     backoff: Backoff,
     threads: usize,
     decoder: Option<VideoDecoder>,
@@ -205,7 +208,8 @@ pub struct RtspSource {
 
 impl RtspSource {
     /// Connect now, so a wrong URL, a wrong password or an unreachable camera
-    /// is reported before anything runs.
+    /// is reported before anything runs (with `wait_at_start`, an unreachable
+    /// camera is a warning and the source keeps trying once the run starts).
     pub fn build(
         cfg: &PipelineConfig,
         node: &NodeConfig,
@@ -226,6 +230,7 @@ impl RtspSource {
             watchdog: ms(&c.watchdog_ms),
             reconnect: c.reconnect,
             max_retries: c.max_retries,
+            start_error: None,
             backoff: Backoff::new(ms(&c.backoff_initial_ms), ms(&c.backoff_max_ms), seed),
             threads: c.decoder_threads,
             decoder: None,
@@ -236,13 +241,22 @@ impl RtspSource {
                 (a, b) => a.or(b),
             },
         };
-        let decoder = src.connect().map_err(|e| {
-            cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(format!(
-                "check the URL, the credentials and that the camera answers (ffprobe -rtsp_transport {} URL)",
-                c.transport.as_str()
-            ))
-        })?;
-        src.decoder = Some(decoder);
+        match src.connect() {
+            Ok(decoder) => src.decoder = Some(decoder),
+            Err(e) if c.wait_at_start => {
+                tracing::warn!(
+                    "source `{}`: camera not reachable at start: {e}; the run starts and the source keeps trying (wait_at_start)",
+                    node.name
+                );
+                src.start_error = Some(e);
+            }
+            Err(e) => {
+                return Err(cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(format!(
+                    "check the URL, the credentials and that the camera answers (ffprobe -rtsp_transport {} URL), or set wait_at_start = true",
+                    c.transport.as_str()
+                )));
+            }
+        }
         Ok(src)
     }
 
@@ -289,8 +303,9 @@ impl RtspSource {
         false
     }
 
-    /// Reconnect after a loss; `Ok(None)` when the pipeline stopped meanwhile.
-    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant) -> Result<Option<(VideoDecoder, u32)>, String> {
+    /// Reconnect after a loss (or a camera down at start); `Ok(None)` when the
+    /// pipeline stopped meanwhile.
+    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(VideoDecoder, u32)>, String> {
         let mut attempts = 0u32;
         loop {
             if !Self::pause(ctx, self.backoff.next_delay()) {
@@ -303,7 +318,7 @@ impl RtspSource {
                 Err(e) => {
                     if self.max_retries.is_some_and(|m| attempts >= m) {
                         return Err(format!(
-                            "stream lost and not back after {attempts} reconnect attempt(s) over {:.1} s (max_retries = {}); last error: {e}",
+                            "{what} {attempts} reconnect attempt(s) over {:.1} s (max_retries = {}); last error: {e}",
                             lost_at.elapsed().as_secs_f64(),
                             attempts
                         ));
@@ -360,6 +375,27 @@ impl Source for RtspSource {
         let mut seq = 0u64;
         let mut bad = 0u64;
         let mut connected_at = Instant::now();
+        // A camera down at start (`wait_at_start`): lost from the first moment.
+        if let Some(reason) = self.start_error.take() {
+            let reason = format!("not reachable at start: {reason}");
+            let lost_at = Instant::now();
+            ctx.event(EventKind::Lost { reason });
+            match self.reconnect(ctx, lost_at, "camera not reachable at start, nor after")? {
+                Some((decoder, attempts)) => {
+                    let gap = lost_at.elapsed();
+                    tracing::info!(
+                        "source `{}`: connected to {} after {:.1} s ({attempts} attempt(s))",
+                        ctx.name,
+                        self.shown,
+                        gap.as_secs_f64()
+                    );
+                    self.decoder = Some(decoder);
+                    connected_at = Instant::now();
+                    ctx.event(EventKind::Reconnected { gap_ms: gap.as_millis() as u64, attempts });
+                }
+                None => return Ok(()),
+            }
+        }
         let result = 'streams: loop {
             let Some(decoder) = self.decoder.as_mut() else { break Ok(()) };
             let tb = decoder.info.time_base;
@@ -417,7 +453,7 @@ impl Source for RtspSource {
                 break if clean_end { Ok(()) } else { Err(format!("stream lost: {reason} (reconnect is off)")) };
             }
             tracing::warn!("source `{}`: stream lost: {reason}; reconnecting", ctx.name);
-            match self.reconnect(ctx, lost_at) {
+            match self.reconnect(ctx, lost_at, "stream lost and not back after") {
                 Ok(Some((decoder, attempts))) => {
                     let gap = lost_at.elapsed();
                     tracing::info!(
