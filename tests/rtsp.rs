@@ -48,14 +48,21 @@ struct Server {
 
 impl Server {
     fn start(port: u16, auth: Option<(&str, &str)>) -> Self {
+        let mut extra = Vec::new();
+        if let Some((u, p)) = auth {
+            extra = vec!["--user", u, "--password", p];
+        }
+        Self::start_with(port, &extra)
+    }
+
+    /// The server with more arguments (`--audio FILE`, `--user U --password P`).
+    fn start_with(port: u16, extra: &[&str]) -> Self {
         assert!(
             TcpListener::bind(("127.0.0.1", port)).is_ok(),
             "port {port} is taken: stop whatever listens there (the RTSP tests use fixed ports)"
         );
         let mut args = vec![root().join("tests/support/rtsp_server.py").to_string_lossy().into_owned(), port.to_string()];
-        if let Some((u, p)) = auth {
-            args.extend(["--user".into(), u.into(), "--password".into(), p.into()]);
-        }
+        args.extend(extra.iter().map(|a| a.to_string()));
         let mut s = Server { port, args, child: None };
         s.spawn();
         s
@@ -490,4 +497,65 @@ fn waits_for_a_camera_that_is_down_at_start() {
     check_order(&lines);
     let (_, processed, _, failed) = accounting(&err);
     assert_eq!((processed as usize, failed), (frames(&lines), 0), "{err}");
+}
+
+/// Audio from an RTSP stream: the speech sample served as Opus in real time,
+/// decoded, resampled to 16 kHz and run through the VAD; the stream's end
+/// (RTCP BYE) ends the run cleanly, every window is accounted for, and the
+/// speech segments fall where the ground truth puts them.
+#[test]
+fn audio_from_an_rtsp_stream() {
+    let _serial = serial();
+    let wav = root().join("samples/speech-short.wav");
+    let _server = Server::start_with(18560, &["--audio", wav.to_str().unwrap()]);
+    let model = root().join("models/silero/silero_vad.onnx");
+    let toml = format!(
+        r#"
+[sources.mic]
+kind = "audio"
+uri = "${{RTSP_URL}}"
+sample_rate = 16000
+window = 512
+
+[stages.vad]
+kind = "vad"
+inputs = ["mic"]
+model = "{}"
+min_silence_ms = 300
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["vad"]
+path = "out.ndjson"
+"#,
+        model.display()
+    );
+    let mut run = Run::start(&toml, "rtsp://127.0.0.1:18560/cam", &[]);
+    let code = run.wait_exit(Duration::from_secs(40));
+    let err = run.stderr();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("opus 48000 Hz"), "{err}");
+    let lines = run.lines();
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(root().join("samples/speech-short.truth.json")).unwrap()).unwrap();
+    let duration = truth["duration"].as_f64().unwrap();
+    let windows = (duration * 16000.0 / 512.0) as usize;
+    assert!(frames(&lines).abs_diff(windows) <= 3, "{} windows for {duration} s of audio", frames(&lines));
+    let (decoded, processed, _, failed) = accounting(&err);
+    assert_eq!((decoded, processed as usize, failed), (processed, frames(&lines), 0), "{err}");
+    // Window times follow the stream: 32 ms apart, from 0.
+    let pts: Vec<f64> = lines.iter().filter(|v| is_frame(v)).map(|v| v["pts"].as_f64().unwrap()).collect();
+    assert!(pts[0].abs() < 0.05, "first window at {}", pts[0]);
+    assert!(pts.windows(2).all(|w| (w[1] - w[0] - 0.032).abs() < 0.002), "windows not 32 ms apart");
+    let found: Vec<(f64, f64)> = lines
+        .iter()
+        .filter_map(|v| v["results"]["vad"]["ended"].as_array())
+        .flatten()
+        .map(|s| (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap()))
+        .collect();
+    let want: Vec<(f64, f64)> =
+        truth["segments"].as_array().unwrap().iter().map(|s| (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap())).collect();
+    assert_eq!(found.len(), want.len(), "found {found:?}, want {want:?}");
+    for (f, w) in found.iter().zip(&want) {
+        assert!((f.0 - w.0).abs() < 0.25 && (f.1 - w.1).abs() < 0.25, "segment {f:?} vs truth {w:?}");
+    }
 }

@@ -158,6 +158,18 @@ fn env_vars_expand_and_unset_ones_are_errors() {
     assert_eq!(expand_env("${CARGO_PKG_NAME:-other}").unwrap(), "infer-stream");
 }
 
+/// A URL that comes from `${VAR}` is a URL, not a missing file: the graph
+/// check looks at the expanded value (a plain missing file is still caught).
+#[test]
+fn urls_from_env_vars_are_not_checked_as_files() {
+    let check = |uri: &str| {
+        let cfg = parse(Path::new("p.toml"), format!("[sources.cam]\nkind = \"audio\"\nuri = \"{uri}\"\n{SINK}")).unwrap();
+        crate::graph::check(&cfg).err().map(|d| d.0.iter().map(|d| d.message.clone()).collect::<Vec<_>>())
+    };
+    assert_eq!(check("${INFER_STREAM_TEST_UNSET:-rtsp://127.0.0.1:1/cam}"), None);
+    assert_eq!(check("${INFER_STREAM_TEST_UNSET:-no-such-clip.wav}"), Some(vec!["media file not found: ./no-such-clip.wav".to_string()]));
+}
+
 #[test]
 fn unknown_input_with_suggestion() {
     let src = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cma\"]\n");

@@ -527,7 +527,8 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             _ => continue,
         };
         match cfg.resolve_path(value) {
-            Ok(p) if is_url(value.get_ref()) || p.as_os_str() == "-" => {}
+            // `${VAR}` may hold a URL: look at the expanded value.
+            Ok(p) if is_url(&p.to_string_lossy()) || p.as_os_str() == "-" => {}
             Ok(p) if !p.exists() => {
                 let help = if what == "model file" {
                     "run scripts/fetch-models.sh, or fix the path (relative paths start at the pipeline file's folder)"

@@ -78,7 +78,7 @@ impl Subtitles {
 
 impl Sink for Subtitles {
     fn describe(&self) -> String {
-        format!("{:?} subtitles to {}", self.format, self.path.display()).to_uppercase().replacen(" SUBTITLES TO ", " subtitles to ", 1)
+        format!("{} subtitles to {}", format!("{:?}", self.format).to_uppercase(), self.path.display())
     }
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
