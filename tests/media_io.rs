@@ -374,3 +374,84 @@ fn garbage_on_stdin_is_a_clear_error_not_a_hang() {
     assert_ne!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("error: source `cam`: cannot open stdin: Invalid data found when processing input"), "{err}");
 }
+
+/// Audio recordings in a batch (`media = "audio"`, pipelines/batch-audio.toml):
+/// WAV, AAC and FLAC copies of the speech sample each get one NDJSON line per
+/// window and their speech segments (F1 ≥ 0.9 against the truth); an AAC file
+/// cut short (index at the front, so it opens) and a text file are named with
+/// their reasons, exit 3; a rerun reads nothing again.
+#[test]
+fn batch_of_audio_recordings_gets_the_vad_per_file() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in"), dir.path().join("out"));
+    std::fs::create_dir_all(&input).unwrap();
+    let speech = root().join("samples/speech-short.wav");
+    std::fs::copy(&speech, input.join("a.wav")).unwrap();
+    let ffmpeg = |args: &[&str], out: &Path| {
+        let st =
+            Command::new("ffmpeg").args(["-nostdin", "-y", "-loglevel", "error", "-i"]).arg(&speech).args(args).arg(out).status().unwrap();
+        assert!(st.success(), "ffmpeg could not make {}", out.display());
+    };
+    ffmpeg(&["-c:a", "aac", "-movflags", "+faststart"], &input.join("b.m4a"));
+    ffmpeg(&["-c:a", "flac"], &input.join("c.flac"));
+    let whole = std::fs::read(input.join("b.m4a")).unwrap();
+    std::fs::write(input.join("cut.m4a"), &whole[..whole.len() * 2 / 5]).unwrap();
+    std::fs::write(input.join("notes.wav"), "not audio\n").unwrap();
+    let run = || {
+        bin()
+            .args(["run", "pipelines/batch-audio.toml", "--progress", "never"])
+            .env("BATCH_INPUT", &input)
+            .env("BATCH_OUTPUT", &output)
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("inputs: 3 complete, 2 failed"), "{err}");
+    for (file, reason) in [("cut.m4a", "corrupt data"), ("notes.wav", "not readable as media")] {
+        let line = format!("  failed: {}: {reason}", input.join(file).display());
+        assert!(err.contains(&line), "{line}\nin:\n{err}");
+    }
+    let truth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("samples/speech-short.truth.json")).unwrap()).unwrap();
+    let duration = truth["duration"].as_f64().unwrap();
+    let want: Vec<(f64, f64)> =
+        truth["segments"].as_array().unwrap().iter().map(|s| (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap())).collect();
+    for name in ["a.wav", "b.m4a", "c.flac"] {
+        let lines = read_ndjson(&output.join(format!("{name}.ndjson")));
+        let windows = (duration * 16000.0 / 512.0).ceil() as usize;
+        assert!(lines.len().abs_diff(windows) <= 2, "{name}: {} windows for {duration} s", lines.len());
+        assert!(lines.iter().enumerate().all(|(i, l)| l["stream"] == name && l["seq"] == i as u64), "{name}: every window once, in order");
+        let got: Vec<(f64, f64)> = lines.last().unwrap()["results"]["vad"]["segments"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no segments on the last line"))
+            .iter()
+            .map(|s| (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap()))
+            .collect();
+        let f1 = speech_f1(&got, &want, duration);
+        assert!(f1 >= 0.9, "{name}: F1 {f1:.3} ({got:?})");
+    }
+    let (decoded, processed, _, failed) = accounting(&err);
+    assert_eq!((decoded, failed), (processed, 0), "{err}");
+
+    // Rerun: nothing read again; the failed files (unchanged) still fail the run.
+    let o = run();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("skipped 3 already complete"), "{err}");
+    assert_eq!(accounting(&err), (0, 0, 0, 0), "no window decoded again");
+
+    // Audio settings on a video batch: a located error, nothing run.
+    let toml = dir.path().join("video.toml");
+    let text = std::fs::read_to_string(root().join("pipelines/batch.toml"))
+        .unwrap()
+        .replace("parallel = 2", "parallel = 2\nwindow = 512")
+        .replace("../models/", &format!("{}/models/", root().display()));
+    std::fs::write(&toml, text).unwrap();
+    let o = bin().args(["run", toml.to_str().unwrap()]).env("BATCH_INPUT", &input).env("BATCH_OUTPUT", &output).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("`sample_rate`, `window` and `hop` are for audio") && err.contains("video.toml:14:10"), "{err}");
+}

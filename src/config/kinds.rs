@@ -180,6 +180,24 @@ pub struct DirSourceConfig {
     /// The batch state file (files done, files failed); default: `.infer-stream-batch.json`
     /// in the folder of the first `{stream}` NDJSON output, else none (no resume).
     pub state: Option<Spanned<String>>,
+    /// What to read from each file: its video (frames) or its audio (timed windows).
+    #[serde(default)]
+    pub media: DirMedia,
+    /// Audio: the rate the audio is resampled to (default 16000 Hz).
+    pub sample_rate: Option<Spanned<u32>>,
+    /// Audio: samples per window (default 512).
+    pub window: Option<Spanned<usize>>,
+    /// Audio: samples between window starts (default: the window).
+    pub hop: Option<Spanned<usize>>,
+}
+
+/// `media` of a `dir` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirMedia {
+    #[default]
+    Video,
+    Audio,
 }
 
 fn one_nz() -> Spanned<std::num::NonZeroUsize> {

@@ -80,6 +80,10 @@ impl Stage for AudioLevel {
         } else {
             None
         };
+        if chunk.last {
+            // The stream is over (a batch may have thousands): its state goes.
+            self.streams.remove(&frame.stream);
+        }
         frame.attach(&self.name, Payload::Level(Level { rms_db, peak_db, loud, started, ended, segments }));
         Ok(())
     }

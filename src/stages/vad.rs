@@ -192,6 +192,10 @@ impl Stage for Vad {
         } else {
             None
         };
+        if chunk.last {
+            // The stream is over (a batch may have thousands): its state goes.
+            self.streams.remove(&frame.stream);
+        }
         frame.attach(&self.name, Payload::Speech(Speech { probability: p, started, ended, segments }));
         Ok(())
     }

@@ -4,11 +4,61 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{AudioDecoder, InputOptions};
+use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, InputOptions};
 use crate::config::{AudioSourceConfig, Diagnostic, NodeConfig, PipelineConfig};
 use crate::frame::{AudioChunk, Pool};
 use crate::runtime::SourceCtx;
 use crate::stages::Source;
+
+/// Cuts a decoder's samples into windows of `window` samples every `hop`,
+/// each stamped with its first sample's index; the stream's last window is
+/// marked, and zero-padded when the audio ends inside it.
+pub struct Windows {
+    window: usize,
+    hop: usize,
+    buf: Vec<f32>,
+    /// Stream index of `buf[0]`.
+    consumed: u64,
+    more: bool,
+    done: bool,
+}
+
+impl Windows {
+    pub fn new(window: usize, hop: usize) -> Self {
+        Windows { window, hop: hop.max(1), buf: Vec::new(), consumed: 0, more: true, done: false }
+    }
+
+    /// Samples the windows have moved past (the stream position of the next window).
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// The next window, `None` after the last one.
+    pub fn next(&mut self, decoder: &mut AudioDecoder, pool: &Pool<f32>, rate: u32) -> Result<Option<AudioChunk>, FfmpegError> {
+        if self.done {
+            return Ok(None);
+        }
+        // Read a window and the next hop ahead, so the last window is known as such.
+        while self.more && self.buf.len() < self.window + self.hop {
+            self.more = decoder.read(&mut self.buf)?;
+        }
+        if self.buf.is_empty() {
+            self.done = true;
+            return Ok(None);
+        }
+        let valid = self.buf.len().min(self.window);
+        let last = !self.more && self.buf.len() <= self.hop.max(valid);
+        let mut samples = pool.get(self.window);
+        samples[..valid].copy_from_slice(&self.buf[..valid]);
+        samples[valid..].fill(0.0);
+        let chunk = AudioChunk { samples, sample_rate: rate, start: self.consumed, valid, last };
+        let step = self.hop.min(self.buf.len());
+        self.buf.drain(..step);
+        self.consumed += step as u64;
+        self.done = last;
+        Ok(Some(chunk))
+    }
+}
 
 pub struct AudioSource {
     path: PathBuf,
@@ -65,31 +115,14 @@ impl Source for AudioSource {
     }
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
-        let mut buf: Vec<f32> = Vec::new();
-        let mut consumed: u64 = 0; // stream index of buf[0]
+        let mut windows = Windows::new(self.window, self.hop);
         let mut seq = 0u64;
-        let mut more = true;
         while !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m) {
-            // Read a window and the next hop ahead, so the last window is known as such.
-            while more && buf.len() < self.window + self.hop {
-                more = self.decoder.read(&mut buf).map_err(|e| e.to_string())?;
-            }
-            if buf.is_empty() {
-                break;
-            }
-            let valid = buf.len().min(self.window);
-            let last = !more && buf.len() <= self.hop.max(valid);
-            let mut samples = self.pool.get(self.window);
-            samples[..valid].copy_from_slice(&buf[..valid]);
-            samples[valid..].fill(0.0);
-            let chunk = AudioChunk { samples, sample_rate: self.rate, start: consumed, valid, last };
-            let mut frame = ctx.new_frame(seq, Some(consumed as i64), (1, self.rate as i32), None);
+            let Some(chunk) = windows.next(&mut self.decoder, &self.pool, self.rate).map_err(|e| e.to_string())? else { break };
+            let mut frame = ctx.new_frame(seq, Some(chunk.start as i64), (1, self.rate as i32), None);
             frame.audio = Some(Arc::new(chunk));
             seq += 1;
-            let step = self.hop.min(buf.len());
-            buf.drain(..step);
-            consumed += step as u64;
-            if !ctx.emit(frame) || last {
+            if !ctx.emit(frame) {
                 break;
             }
         }

@@ -1,6 +1,8 @@
 //! `kind = "dir"`: batch processing of recorded media. Every file of a
 //! folder (or matching a glob), in path order, each its own stream named by
-//! its path relative to the folder; `parallel` files decoded at once.
+//! its path relative to the folder; `parallel` files decoded at once. Each
+//! file gives its video frames, or (`media = "audio"`) its audio cut into
+//! timed windows.
 //!
 //! A state file records each file whose results every sink has flushed, and
 //! each file that failed (with its size and modification time). A rerun skips
@@ -17,9 +19,9 @@ use std::time::Duration;
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::ffmpeg::{FfmpegError, VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
-use crate::frame::{Image, InputEnd, Pool};
+use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image};
+use crate::config::{Diagnostic, DirMedia, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
+use crate::frame::{AudioChunk, Image, InputEnd, Pool};
 use crate::runtime::report::FailedInput;
 use crate::runtime::{InputLog, SourceCtx};
 use crate::stages::Source;
@@ -120,7 +122,21 @@ pub struct DirSource {
     max_frames: Option<u64>,
     /// Frames in all, over every file (benchmarks).
     limit: Option<u64>,
+    media: Media,
     pool: Pool<u8>,
+    audio_pool: Pool<f32>,
+}
+
+/// What a file gives.
+#[derive(Debug, Clone, Copy)]
+enum Media {
+    Video,
+    /// Audio resampled to `rate` Hz mono, in windows of `window` samples every `hop`.
+    Audio {
+        rate: u32,
+        window: usize,
+        hop: usize,
+    },
 }
 
 /// Files of `folder` (and its subfolders when `recursive`), hidden ones left out.
@@ -191,6 +207,36 @@ impl DirSource {
         use_state: bool,
         limit: Option<u64>,
     ) -> Result<Self, Diagnostic> {
+        let media = match c.media {
+            DirMedia::Video => {
+                if let Some(span) =
+                    [c.sample_rate.as_ref().map(|v| v.span()), c.window.as_ref().map(|v| v.span()), c.hop.as_ref().map(|v| v.span())]
+                        .into_iter()
+                        .flatten()
+                        .next()
+                {
+                    return Err(cfg
+                        .diag(span, format!("source `{}`: `sample_rate`, `window` and `hop` are for audio", node.name))
+                        .with_help("add media = \"audio\" to read the files' audio"));
+                }
+                Media::Video
+            }
+            DirMedia::Audio => {
+                let rate = c.sample_rate.as_ref().map_or(16000, |v| *v.get_ref());
+                let window = c.window.as_ref().map_or(512, |v| *v.get_ref());
+                let hop = c.hop.as_ref().map_or(window, |v| *v.get_ref());
+                for (v, what) in [
+                    (c.sample_rate.as_ref().map(|v| (*v.get_ref() as usize, v.span())), "sample_rate"),
+                    (c.window.as_ref().map(|v| (*v.get_ref(), v.span())), "window"),
+                    (c.hop.as_ref().map(|v| (*v.get_ref(), v.span())), "hop"),
+                ] {
+                    if let Some((0, span)) = v {
+                        return Err(cfg.diag(span, format!("source `{}`: `{what}` must be positive", node.name)));
+                    }
+                }
+                Media::Audio { rate, window, hop }
+            }
+        };
         let (value, root, mut paths) = match (&c.path, &c.glob) {
             (Some(p), None) => {
                 let root = cfg.resolve_path(p)?;
@@ -282,9 +328,13 @@ impl DirSource {
         }
         let parallel = c.parallel.get_ref().get();
         let describe = format!(
-            "{} file(s) in {}{}, {} at a time{}",
+            "{} file(s) in {}{}{}, {} at a time{}",
             files.len(),
             root.display(),
+            match media {
+                Media::Video => String::new(),
+                Media::Audio { rate, window, hop } => format!(" (audio at {rate} Hz, windows of {window} samples every {hop})"),
+            },
             match (skipped, skipped_failed.len()) {
                 (0, 0) => String::new(),
                 (s, 0) => format!(" (skipped {s} already complete)"),
@@ -303,7 +353,9 @@ impl DirSource {
             decoder_threads: c.decoder_threads,
             max_frames: c.max_frames,
             limit,
+            media,
             pool: Pool::new(pool_size + 4 * parallel),
+            audio_pool: Pool::new(pool_size + 4 * parallel),
         })
     }
 }
@@ -320,7 +372,7 @@ enum Msg {
     Frame {
         file: usize,
         pts: Option<i64>,
-        image: Image,
+        item: Item,
     },
     /// Read to the end (or to `max_frames`): `Err` says why the file is not usable.
     Done {
@@ -333,20 +385,96 @@ enum Msg {
     },
 }
 
+/// A decoded video frame or audio window.
+enum Item {
+    Image(Image),
+    Audio(AudioChunk),
+}
+
 /// Why a file cannot be opened, without its path (the report names it).
-fn open_reason(e: FfmpegError, size: u64) -> String {
+fn open_reason(e: FfmpegError, size: u64, media: Media) -> String {
     if size == 0 {
         return "empty file (0 bytes)".into();
     }
     match e {
         FfmpegError::Open { source, .. } => format!("not readable as media (not a media file, or truncated): {source}"),
+        FfmpegError::NoVideo { .. } if matches!(media, Media::Audio { .. }) => "no audio stream".into(),
         FfmpegError::NoVideo { .. } => "no video stream".into(),
         FfmpegError::Decoder { codec, source, .. } => format!("no decoder for codec {codec}: {source}"),
         other => other.to_string(),
     }
 }
 
-/// Decode one file, sending its frames; the result says whether it is whole.
+/// The decoding side of a dir source: what each worker needs.
+struct Decode<'a> {
+    media: Media,
+    threads: usize,
+    max_frames: Option<u64>,
+    pool: &'a Pool<u8>,
+    audio_pool: &'a Pool<f32>,
+    tx: crossbeam_channel::Sender<Msg>,
+    stop: &'a AtomicBool,
+}
+
+impl Decode<'_> {
+    /// Decode one file, sending its frames or windows; the result says whether it is whole.
+    fn file(&self, file: usize, e: &Entry) {
+        match self.media {
+            Media::Video => decode(file, e, self.threads, self.max_frames, self.pool, &self.tx, self.stop),
+            Media::Audio { rate, window, hop } => self.audio(file, e, rate, window, hop),
+        }
+    }
+
+    fn audio(&self, file: usize, e: &Entry, rate: u32, window: usize, hop: usize) {
+        let tx = &self.tx;
+        let mut dec = match AudioDecoder::open(&e.path, rate) {
+            Ok(d) => d,
+            Err(err) => {
+                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size, self.media)) });
+                return;
+            }
+        };
+        let _ = tx.send(Msg::Opened { file, time_base: (1, rate as i32) });
+        let mut windows = super::audio::Windows::new(window, hop);
+        let (mut n, mut hit_limit) = (0u64, false);
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                let _ = tx.send(Msg::Stopped { file });
+                return;
+            }
+            if self.max_frames.is_some_and(|m| n >= m) {
+                hit_limit = true;
+                break;
+            }
+            match windows.next(&mut dec, self.audio_pool, rate) {
+                Ok(Some(chunk)) => {
+                    n += 1;
+                    if tx.send(Msg::Frame { file, pts: Some(chunk.start as i64), item: Item::Audio(chunk) }).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    let _ = tx.send(Msg::Done { file, result: Err(format!("read error after {n} window(s): {err}")) });
+                    return;
+                }
+            }
+        }
+        let seconds = windows.consumed() as f64 / rate as f64;
+        let result = if dec.corrupt_packets > 0 {
+            Err(format!("corrupt data: {} packet(s) could not be decoded ({n} window(s) decoded)", dec.corrupt_packets))
+        } else if n == 0 {
+            Err("no audio decoded".into())
+        } else if let Some(d) = dec.duration.filter(|d| !hit_limit && seconds < d - 0.5) {
+            Err(format!("decoded {seconds:.1} s of the {d:.1} s the container declares (truncated?)"))
+        } else {
+            Ok(n)
+        };
+        let _ = tx.send(Msg::Done { file, result });
+    }
+}
+
+/// Decode one video file, sending its frames; the result says whether it is whole.
 fn decode(
     file: usize,
     e: &Entry,
@@ -359,7 +487,7 @@ fn decode(
     let mut dec = match VideoDecoder::open(&e.path, threads) {
         Ok(d) => d,
         Err(err) => {
-            let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)) });
+            let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size, Media::Video)) });
             return;
         }
     };
@@ -387,7 +515,7 @@ fn decode(
         match copy_to_image(frame, pool) {
             Ok(image) => {
                 n += 1;
-                if tx.send(Msg::Frame { file, pts, image }).is_err() {
+                if tx.send(Msg::Frame { file, pts, item: Item::Image(image) }).is_err() {
                     return;
                 }
             }
@@ -444,15 +572,17 @@ impl Source for DirSource {
         let next = Mutex::new(0usize);
         let stop = AtomicBool::new(false);
         let (tx, rx) = bounded::<Msg>(2 * self.parallel);
-        let (threads, max_frames, pool) = (self.decoder_threads, self.max_frames, &self.pool);
         let mut decode_errors = 0u64;
+        let (media, threads, max_frames, pool, audio_pool) =
+            (self.media, self.decoder_threads, self.max_frames, &self.pool, &self.audio_pool);
         std::thread::scope(|scope| {
             for w in 0..self.parallel.min(todo.len()) {
-                let (tx, todo, next, stop) = (tx.clone(), &todo, &next, &stop);
+                let (todo, next) = (&todo, &next);
+                let d = Decode { media, threads, max_frames, pool, audio_pool, tx: tx.clone(), stop: &stop };
                 std::thread::Builder::new()
                     .name(format!("{}:decode{w}", ctx.name))
                     .spawn_scoped(scope, move || {
-                        while !stop.load(Ordering::Acquire) {
+                        while !d.stop.load(Ordering::Acquire) {
                             let i = {
                                 let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
                                 if *n >= todo.len() {
@@ -461,7 +591,7 @@ impl Source for DirSource {
                                 *n += 1;
                                 *n - 1
                             };
-                            decode(i, &todo[i], threads, max_frames, pool, &tx, stop);
+                            d.file(i, &todo[i]);
                         }
                     })
                     .expect("spawn decoder thread");
@@ -516,12 +646,19 @@ impl Source for DirSource {
                         });
                         open.insert(file, (token, 0, time_base, failed));
                     }
-                    Msg::Frame { file, pts, image } => {
+                    Msg::Frame { file, pts, item } => {
                         let Some((token, seq, tb, _)) = open.get_mut(&file) else { continue };
                         if stop.load(Ordering::Acquire) {
                             continue;
                         }
-                        let frame = ctx.new_frame_of(token, *seq, pts, *tb, Some(Arc::new(image)));
+                        let frame = match item {
+                            Item::Image(image) => ctx.new_frame_of(token, *seq, pts, *tb, Some(Arc::new(image))),
+                            Item::Audio(chunk) => {
+                                let mut f = ctx.new_frame_of(token, *seq, pts, *tb, None);
+                                f.audio = Some(Arc::new(chunk));
+                                f
+                            }
+                        };
                         *seq += 1;
                         emitted += 1;
                         if !ctx.emit(frame) || self.limit.is_some_and(|l| emitted >= l) {
