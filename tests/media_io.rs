@@ -432,6 +432,18 @@ fn batch_of_audio_recordings_gets_the_vad_per_file() {
             .collect();
         let f1 = speech_f1(&got, &want, duration);
         assert!(f1 >= 0.9, "{name}: F1 {f1:.3} ({got:?})");
+        // Its own subtitles: one cue per segment, numbered from 1, at the segments' times.
+        let srt = std::fs::read_to_string(output.join(format!("{name}.srt"))).unwrap();
+        let cues: Vec<&str> = srt.split("\n\n").filter(|c| !c.trim().is_empty()).collect();
+        assert_eq!(cues.len(), got.len(), "{name}: {srt}");
+        for (i, (cue, (start, _))) in cues.iter().zip(&got).enumerate() {
+            let mut l = cue.lines();
+            assert_eq!(l.next(), Some((i + 1).to_string().as_str()), "{name}: {cue}");
+            let at = l.next().unwrap();
+            let ms = (start * 1000.0).round() as u64;
+            assert!(at.starts_with(&format!("00:00:{:02},{:03} --> ", ms / 1000, ms % 1000)), "{name}: {at} for {start}");
+            assert_eq!(l.next(), Some("(speech)"));
+        }
     }
     let (decoded, processed, _, failed) = accounting(&err);
     assert_eq!((decoded, failed), (processed, 0), "{err}");

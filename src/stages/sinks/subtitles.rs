@@ -19,16 +19,45 @@ pub fn timestamp(seconds: f64, format: SubtitleFormat) -> String {
     format!("{:02}:{:02}:{:02}{sep}{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
 }
 
-pub struct Subtitles {
-    out: BufWriter<File>,
+/// One open subtitle file and the cues written to it.
+struct Out {
+    w: BufWriter<File>,
     path: PathBuf,
+    cues: u64,
+}
+
+impl Out {
+    fn create(path: PathBuf, format: SubtitleFormat) -> std::io::Result<Out> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut w = BufWriter::new(File::create(&path)?);
+        if format == SubtitleFormat::Vtt {
+            w.write_all(b"WEBVTT\n\n")?;
+            w.flush()?;
+        }
+        Ok(Out { w, path, cues: 0 })
+    }
+
+    fn close(&mut self) -> Result<(), String> {
+        self.w.flush().and_then(|_| self.w.get_ref().sync_data()).map_err(|e| format!("closing {}: {e}", self.path.display()))
+    }
+}
+
+pub struct Subtitles {
+    /// The path, with `{stream}` in its file name for one file per stream.
+    template: PathBuf,
+    per_stream: bool,
+    /// The one file, or the open file of each stream (by stream).
+    single: Option<Out>,
+    open: HashMap<Arc<str>, Out>,
     format: SubtitleFormat,
     speech_text: String,
-    cues: u64,
     /// Text on screen: (stream, text) → since when.
     showing: HashMap<(Arc<str>, String), f64>,
     /// Last pts and frame duration per stream (to close cues at the end).
     last: HashMap<Arc<str>, (f64, f64)>,
+    /// Cues name their stream when one file holds several.
     streams: usize,
 }
 
@@ -37,48 +66,90 @@ impl Subtitles {
         let path = cfg.resolve_path(&c.path)?;
         let format =
             c.format.unwrap_or(if path.extension().is_some_and(|e| e == "vtt") { SubtitleFormat::Vtt } else { SubtitleFormat::Srt });
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| cfg.diag(c.path.span(), format!("cannot create folder {}: {e}", dir.display())))?;
-        }
-        let file = File::create(&path).map_err(|e| cfg.diag(c.path.span(), format!("cannot open {} for writing: {e}", path.display())))?;
-        let mut s = Subtitles {
-            out: BufWriter::new(file),
-            path,
+        let per_stream = c.path.get_ref().contains("{stream}");
+        let single = if per_stream {
+            if path.file_name().is_none_or(|n| !n.to_string_lossy().contains("{stream}")) {
+                return Err(cfg
+                    .diag(c.path.span(), "`{stream}` may only appear in the file name")
+                    .with_help("e.g. path = \"out/{stream}.srt\""));
+            }
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| cfg.diag(c.path.span(), format!("cannot create folder {}: {e}", dir.display())))?;
+            }
+            None
+        } else {
+            Some(
+                Out::create(path.clone(), format)
+                    .map_err(|e| cfg.diag(c.path.span(), format!("cannot open {} for writing: {e}", path.display())))?,
+            )
+        };
+        Ok(Subtitles {
+            template: path,
+            per_stream,
+            single,
+            open: HashMap::new(),
             format,
             speech_text: c.speech_text.clone(),
-            cues: 0,
             showing: HashMap::new(),
             last: HashMap::new(),
             // A `dir` source makes one stream per file.
-            streams: cfg
-                .nodes
-                .iter()
-                .map(|n| match n.kind {
-                    crate::config::NodeKind::Dir(_) => 2,
-                    _ => usize::from(n.role == crate::config::Role::Source),
-                })
-                .sum(),
-        };
-        if format == SubtitleFormat::Vtt {
-            s.out.write_all(b"WEBVTT\n\n").and_then(|_| s.out.flush()).map_err(|e| cfg.diag(c.path.span(), e.to_string()))?;
-        }
-        Ok(s)
+            streams: if per_stream {
+                1
+            } else {
+                cfg.nodes
+                    .iter()
+                    .map(|n| match n.kind {
+                        crate::config::NodeKind::Dir(_) => 2,
+                        _ => usize::from(n.role == crate::config::Role::Source),
+                    })
+                    .sum()
+            },
+        })
     }
 
-    fn cue(&mut self, stream: &str, start: f64, end: f64, text: &str) -> std::io::Result<()> {
-        self.cues += 1;
-        let text = if self.streams > 1 { format!("[{stream}] {text}") } else { text.to_string() };
-        if self.format == SubtitleFormat::Srt {
-            writeln!(self.out, "{}", self.cues)?;
+    /// The file `stream`'s cues go to (opened on its first cue).
+    fn out(&mut self, stream: &Arc<str>) -> std::io::Result<&mut Out> {
+        if !self.per_stream {
+            return Ok(self.single.as_mut().expect("one file when not per stream"));
         }
-        write!(self.out, "{} --> {}\n{text}\n\n", timestamp(start, self.format), timestamp(end.max(start + 0.001), self.format))?;
-        self.out.flush()
+        if !self.open.contains_key(stream) {
+            let out = Out::create(super::ndjson::stream_path(&self.template, stream), self.format)?;
+            self.open.insert(stream.clone(), out);
+        }
+        Ok(self.open.get_mut(stream).expect("inserted above"))
+    }
+
+    fn cue(&mut self, stream: &Arc<str>, start: f64, end: f64, text: &str) -> Result<(), String> {
+        let text = if self.streams > 1 { format!("[{stream}] {text}") } else { text.to_string() };
+        let format = self.format;
+        let out = self.out(stream).map_err(|e| format!("writing subtitles of `{stream}`: {e}"))?;
+        out.cues += 1;
+        let mut cue = String::new();
+        if format == SubtitleFormat::Srt {
+            cue.push_str(&format!("{}\n", out.cues));
+        }
+        cue.push_str(&format!("{} --> {}\n{text}\n\n", timestamp(start, format), timestamp(end.max(start + 0.001), format)));
+        out.w.write_all(cue.as_bytes()).and_then(|_| out.w.flush()).map_err(|e| format!("writing {}: {e}", out.path.display()))
+    }
+
+    /// Close the cues still open for `stream` (text on screen until its last frame).
+    fn close_open_cues(&mut self, stream: Option<&str>) -> Result<(), String> {
+        let mut open: Vec<((Arc<str>, String), f64)> = self.showing.extract_if(|(s, _), _| stream.is_none_or(|x| &**s == x)).collect();
+        open.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.1.cmp(&b.0.1)));
+        for ((stream, text), start) in open {
+            let end = self.last.get(&stream).map_or(start, |(t, d)| t + d);
+            self.cue(&stream, start, end, &text)?;
+        }
+        Ok(())
     }
 }
 
 impl Sink for Subtitles {
     fn describe(&self) -> String {
-        format!("{} subtitles to {}", format!("{:?}", self.format).to_uppercase(), self.path.display())
+        let shown = self.template.display();
+        let kind = format!("{:?}", self.format).to_uppercase();
+        if self.per_stream { format!("{kind} subtitles to {shown}, one file per stream") } else { format!("{kind} subtitles to {shown}") }
     }
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
@@ -87,8 +158,7 @@ impl Sink for Subtitles {
         let prev = self.last.get(&frame.stream).copied();
         let dur = step.unwrap_or_else(|| prev.map_or(0.1, |(t, d)| if pts > t { pts - t } else { d }));
         self.last.insert(frame.stream.clone(), (pts, dur));
-        let path = self.path.display().to_string();
-        let io = |e: std::io::Error| StageError::Fatal(format!("writing {path}: {e}"));
+        let io = StageError::Fatal;
         for a in &frame.results {
             match &*a.payload {
                 Payload::Speech(s) => {
@@ -117,24 +187,25 @@ impl Sink for Subtitles {
     }
 
     fn end_stream(&mut self, stream: &str) -> Result<(), String> {
-        let mut open: Vec<((Arc<str>, String), f64)> = self.showing.extract_if(|(s, _), _| &**s == stream).collect();
-        open.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.1.cmp(&b.0.1)));
-        let last = self.last.remove(stream);
-        for ((stream, text), start) in open {
-            let end = last.map_or(start, |(t, d)| t + d);
-            self.cue(&stream, start, end, &text).map_err(|e| format!("writing {}: {e}", self.path.display()))?;
+        self.close_open_cues(Some(stream))?;
+        self.last.remove(stream);
+        if self.per_stream {
+            // A stream with no cue still gets its (empty) file: it was processed.
+            let key: Arc<str> = Arc::from(stream);
+            self.out(&key).map_err(|e| format!("writing subtitles of `{stream}`: {e}"))?;
+            let mut out = self.open.remove(stream).expect("opened above");
+            return out.close();
         }
-        self.out.flush().and_then(|_| self.out.get_ref().sync_data()).map_err(|e| format!("writing {}: {e}", self.path.display()))
+        self.single.as_mut().expect("one file").close()
     }
 
     fn finish(&mut self) -> Result<(), String> {
-        let mut open: Vec<((Arc<str>, String), f64)> = self.showing.drain().collect();
-        open.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.1.cmp(&b.0.1)));
-        for ((stream, text), start) in open {
-            let end = self.last.get(&stream).map_or(start, |(t, d)| t + d);
-            self.cue(&stream, start, end, &text).map_err(|e| format!("writing {}: {e}", self.path.display()))?;
+        self.close_open_cues(None)?;
+        let mut r = Ok(());
+        for out in self.single.iter_mut().chain(self.open.values_mut()) {
+            r = r.and(out.close());
         }
-        self.out.flush().and_then(|_| self.out.get_ref().sync_data()).map_err(|e| format!("closing {}: {e}", self.path.display()))
+        r
     }
 }
 
