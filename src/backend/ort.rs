@@ -392,6 +392,15 @@ struct Bound {
     binding: ort::session::IoBinding,
     input: ort::value::Tensor<f32>,
     last_used: u64,
+    /// The outputs' shapes change with the data (not only with the input's
+    /// shape, e.g. NMS inside the model): they are bound anew before each run.
+    rebind_outputs: bool,
+}
+
+/// ONNX Runtime's refusal to reuse a bound output whose shape changed.
+fn output_shape_changed(e: &ort::Error) -> bool {
+    let m = e.to_string();
+    m.contains("computed output shape") || m.contains("pre-allocated output")
 }
 
 /// IoBinding for one session: a binding per input shape (a batch size is a
@@ -495,7 +504,7 @@ impl Bindings {
             binding.bind_output_to_device(name.as_str(), &self.out_info).map_err(e)?;
         }
         self.created += 1;
-        self.cache.push(Bound { shape: shape.to_vec(), binding, input, last_used: self.clock });
+        self.cache.push(Bound { shape: shape.to_vec(), binding, input, last_used: self.clock, rebind_outputs: false });
         Ok(self.cache.len() - 1)
     }
 
@@ -555,34 +564,72 @@ impl Bindings {
         if self.rebind_input {
             b.binding.bind_input(self.input_name.as_str(), &b.input).map_err(|e| e.to_string())?;
         }
-        let outputs = session.run_binding_with_options(&b.binding, &self.run_options).map_err(|e| e.to_string())?;
-        let mut result = Vec::with_capacity(self.output_names.len());
-        for name in &self.output_names {
-            let v = outputs.get(name.as_str()).ok_or_else(|| format!("model produced no output `{name}`"))?;
-            let t = v.view().downcast::<ort::value::TensorValueType<f32>>().map_err(|e| format!("output `{name}`: {e}"))?;
-            let dims: Vec<usize> = t.shape().iter().map(|&x| x.max(0) as usize).collect();
-            let mut host = out(name, dims.iter().product());
-            match &memory {
-                BindMemory::Host => {
-                    let (_, d) = t.extract_tensor();
-                    host.copy_from_slice(d);
-                }
-                #[cfg(feature = "cuda")]
-                BindMemory::Device(gpu) => {
-                    // SAFETY: the output holds `host.len()` values on the device (its
-                    // shape says so), and `host` is kept untouched in `result`
-                    // until the wait below.
-                    unsafe { gpu.download_async(t.data_ptr() as u64, &mut host) }.map_err(|e| e.to_string())?;
-                }
+        let (names, info) = (&self.output_names, &self.out_info);
+        let bind_outputs = |b: &mut Bound| -> Result<(), String> {
+            for name in names {
+                b.binding.bind_output_to_device(name.as_str(), info).map_err(|e| e.to_string())?;
             }
-            result.push((name.clone(), dims, host));
+            Ok(())
+        };
+        if b.rebind_outputs {
+            bind_outputs(b)?;
         }
-        #[cfg(feature = "cuda")]
-        if let BindMemory::Device(gpu) = &memory {
-            gpu.sync().map_err(|e| e.to_string())?;
+        // Outputs stay bound from run to run, unless their shape turns out to
+        // change with the data: then they are bound anew, now and before every run.
+        let first = match session.run_binding_with_options(&b.binding, &self.run_options) {
+            Ok(outputs) => Ok(collect(&outputs, names, &memory, &mut out)?),
+            Err(e) => Err(e),
+        };
+        match first {
+            Ok(result) => Ok(result),
+            Err(e) if !b.rebind_outputs && output_shape_changed(&e) => {
+                tracing::info!(
+                    "model outputs change shape with the data (ONNX Runtime's error just above says so): they are bound anew before each run"
+                );
+                b.rebind_outputs = true;
+                bind_outputs(b)?;
+                let outputs = session.run_binding_with_options(&b.binding, &self.run_options).map_err(|e| e.to_string())?;
+                collect(&outputs, names, &memory, &mut out)
+            }
+            Err(e) => Err(e.to_string()),
         }
-        Ok(result)
     }
+}
+
+/// The outputs of a bound run, in host buffers from `out`: copied from host
+/// memory, or downloaded from the device (one copy per output, one wait).
+fn collect<B: std::ops::DerefMut<Target = [f32]>>(
+    outputs: &ort::session::SessionOutputs<'_>,
+    names: &[String],
+    memory: &BindMemory,
+    out: &mut impl FnMut(&str, usize) -> B,
+) -> Result<Vec<(String, Vec<usize>, B)>, String> {
+    let mut result = Vec::with_capacity(names.len());
+    for name in names {
+        let v = outputs.get(name.as_str()).ok_or_else(|| format!("model produced no output `{name}`"))?;
+        let t = v.view().downcast::<ort::value::TensorValueType<f32>>().map_err(|e| format!("output `{name}`: {e}"))?;
+        let dims: Vec<usize> = t.shape().iter().map(|&x| x.max(0) as usize).collect();
+        let mut host = out(name, dims.iter().product());
+        match memory {
+            BindMemory::Host => {
+                let (_, d) = t.extract_tensor();
+                host.copy_from_slice(d);
+            }
+            #[cfg(feature = "cuda")]
+            BindMemory::Device(gpu) => {
+                // SAFETY: the output holds `host.len()` values on the device (its
+                // shape says so), and `host` is kept untouched in `result`
+                // until the wait below.
+                unsafe { gpu.download_async(t.data_ptr() as u64, &mut host) }.map_err(|e| e.to_string())?;
+            }
+        }
+        result.push((name.clone(), dims, host));
+    }
+    #[cfg(feature = "cuda")]
+    if let BindMemory::Device(gpu) = memory {
+        gpu.sync().map_err(|e| e.to_string())?;
+    }
+    Ok(result)
 }
 
 #[cfg(test)]
@@ -640,6 +687,27 @@ mod tests {
         // Too few values for the shape is an error, not a read past the end.
         let e = b.run(&mut m.session, &two, &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap_err();
         assert!(e.contains("needs 36864 values, got 18432"), "{e}");
+    }
+
+    /// Outputs whose shape changes with the data (tests/models/positives.onnx:
+    /// the input's values above 0): the binding finds out on the run that
+    /// changes it, binds them anew from then on, and every run is right.
+    #[test]
+    fn outputs_whose_shape_follows_the_data_are_bound_anew() {
+        let rt = runtime(None).unwrap();
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/positives.onnx");
+        let mut m = open_session(rt, &model, &SessionOptions::cpu_single()).unwrap();
+        let mut b = Bindings::new(&m.session, m.provider, BindMemory::Host, "x", vec!["y".into()], 2).unwrap();
+        for x in [
+            [1.0, -1.0, 2.0, 3.0, -5.0, 0.0, 4.0, 5.0],
+            [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+            [0.5, -2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 9.0],
+        ] {
+            let want: Vec<f32> = x.iter().copied().filter(|v| *v > 0.0).collect::<Vec<f32>>();
+            let got = b.run(&mut m.session, &[1, 8], &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap();
+            assert_eq!((&got[0].1, &got[0].2), (&vec![1, want.len()], &want), "input {x:?}");
+        }
+        assert_eq!(b.created(), 1);
     }
 
     #[test]

@@ -66,4 +66,22 @@ e2e = np.zeros((1, 6, 6))
 for j, (cx, cy, w, h, c, s) in enumerate(CANDIDATES):
     e2e[0, j] = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, s, c)
 model("end2end", e2e)
-print("wrote", ", ".join(n + ".onnx" for n in ("yolov8", "yolov5", "end2end")))
+
+# An output whose shape depends on the data, not only on the input shape (as
+# in models with NMS inside): positives [1, n] = the input's values above 0,
+# in order. For IoBinding, whose outputs must be bound anew when their shape
+# changes from run to run.
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "k"])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])
+nodes = [
+    helper.make_node("Squeeze", ["x", "axis0"], ["row"]),
+    helper.make_node("Greater", ["row", "zero"], ["positive"]),
+    helper.make_node("Compress", ["x", "positive"], ["y"], axis=1),
+]
+init = [numpy_helper.from_array(np.array([0], np.int64), "axis0"), numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
+g = helper.make_graph(nodes, "positives", [x], [y], initializer=init)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="infer-stream tests")
+m.ir_version = 8
+onnx.checker.check_model(m)
+onnx.save(m, os.path.join(HERE, "positives.onnx"))
+print("wrote", ", ".join(n + ".onnx" for n in ("yolov8", "yolov5", "end2end", "positives")))
