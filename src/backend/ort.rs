@@ -562,7 +562,9 @@ impl Bindings {
             }
         }
         if self.rebind_input {
+            // Copied to the device when bound; ONNX Runtime's run does not wait for that copy.
             b.binding.bind_input(self.input_name.as_str(), &b.input).map_err(|e| e.to_string())?;
+            b.binding.synchronize_inputs().map_err(|e| e.to_string())?;
         }
         let (names, info) = (&self.output_names, &self.out_info);
         let bind_outputs = |b: &mut Bound| -> Result<(), String> {
