@@ -241,6 +241,14 @@ pub struct SpeechSegment {
 pub struct Speech {
     #[serde(serialize_with = "round_score")]
     pub probability: f32,
+    #[serde(flatten)]
+    pub spans: Spans,
+}
+
+/// Stretches (speech, loud audio) that opened or closed with one window, and
+/// on the stream's last window every one of them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Spans {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub started: Vec<SpeechSegment>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -261,12 +269,8 @@ pub struct Level {
     pub peak_db: f32,
     /// At or above the threshold.
     pub loud: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub started: Vec<SpeechSegment>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ended: Vec<SpeechSegment>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub segments: Option<Vec<SpeechSegment>>,
+    #[serde(flatten)]
+    pub spans: Spans,
 }
 
 fn round_db<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{AudioLevelConfig, VadConfig};
-use crate::frame::{Frame, Level, Payload};
+use crate::frame::{Frame, Level, Payload, Spans};
 use crate::stages::vad::Segmenter;
 use crate::stages::{Stage, StageError};
 
@@ -84,7 +84,7 @@ impl Stage for AudioLevel {
             // The stream is over (a batch may have thousands): its state goes.
             self.streams.remove(&frame.stream);
         }
-        frame.attach(&self.name, Payload::Level(Level { rms_db, peak_db, loud, started, ended, segments }));
+        frame.attach(&self.name, Payload::Level(Level { rms_db, peak_db, loud, spans: Spans { started, ended, segments } }));
         Ok(())
     }
 }

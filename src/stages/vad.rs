@@ -12,7 +12,7 @@ use ort::value::{Tensor, TensorRef};
 
 use crate::backend::ort::{ModelSession, OrtRuntime, SessionOptions, open_session};
 use crate::config::{Diagnostic, PipelineConfig, VadConfig};
-use crate::frame::{Frame, Payload, Speech, SpeechSegment};
+use crate::frame::{Frame, Payload, Spans, Speech, SpeechSegment};
 use crate::stages::{Stage, StageError};
 
 /// Hysteresis over window probabilities, in samples.
@@ -196,7 +196,7 @@ impl Stage for Vad {
             // The stream is over (a batch may have thousands): its state goes.
             self.streams.remove(&frame.stream);
         }
-        frame.attach(&self.name, Payload::Speech(Speech { probability: p, started, ended, segments }));
+        frame.attach(&self.name, Payload::Speech(Speech { probability: p, spans: Spans { started, ended, segments } }));
         Ok(())
     }
 }

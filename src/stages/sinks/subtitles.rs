@@ -162,7 +162,7 @@ impl Sink for Subtitles {
         for a in &frame.results {
             match &*a.payload {
                 Payload::Speech(s) => {
-                    for seg in &s.ended {
+                    for seg in &s.spans.ended {
                         let text = self.speech_text.clone();
                         self.cue(&frame.stream, seg.start, seg.end.unwrap_or(pts), &text).map_err(io)?;
                     }
