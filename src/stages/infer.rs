@@ -64,13 +64,15 @@ pub fn cores() -> usize {
 
 impl Infer {
     /// Open the model with the configured providers; `warm_shape` (from the
-    /// upstream preprocess) lets it run once before the first frame.
+    /// upstream preprocess) lets it run once before the first frame;
+    /// `whole_frames`: its inputs come from a preprocess (not crops).
     pub fn build(
         cfg: &PipelineConfig,
         name: Arc<str>,
         c: &InferConfig,
         rt: &OrtRuntime,
         warm_shape: Option<Vec<usize>>,
+        whole_frames: bool,
         pool_size: usize,
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.model)?;
@@ -122,7 +124,8 @@ impl Infer {
             }
             _ => None,
         };
-        let bound = match bind_memory(c, &m, &name) {
+        // Only whole-frame inputs (from a preprocess) are bound: crop batches change size every frame.
+        let bound = match bind_memory(c, &m, &name).filter(|_| whole_frames) {
             Some(memory) => {
                 let capacity = batch.map_or(1, |b| b.0) + 2;
                 let bind = |memory| Bindings::new(&m.session, m.provider, memory, &input, output_names.clone(), capacity);
@@ -201,6 +204,12 @@ impl Infer {
         if self.bound.is_some() {
             return self.run_bound(shape, &[Src::Host(data)]);
         }
+        self.run_plain(shape, data)
+    }
+
+    /// A plain run (no binding): for crop batches, whose size changes from
+    /// frame to frame (a binding per size would be made and dropped each frame).
+    fn run_plain(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
         let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
         self.run_input(input.into())
     }
@@ -399,8 +408,11 @@ impl Stage for Infer {
             frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
             return Ok(());
         }
-        let outputs =
-            if tensor.shape.first() == Some(&0) { Vec::new() } else { self.run(&tensor.shape, &tensor.data).map_err(StageError::Frame)? };
+        let outputs = match &*payload {
+            _ if tensor.shape.first() == Some(&0) => Vec::new(),
+            Payload::Crops(_) => self.run_plain(&tensor.shape, &tensor.data).map_err(StageError::Frame)?,
+            _ => self.run(&tensor.shape, &tensor.data).map_err(StageError::Frame)?,
+        };
         frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
         Ok(())
     }

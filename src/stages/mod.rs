@@ -289,7 +289,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Infer(c) => match rt {
                 Some(rt) => {
                     let warm = graph.preprocess_shape(cfg, i);
-                    infer::Infer::build(cfg, name, c, rt, warm, pool_size).map(|s| {
+                    let whole_frames = graph.producers[i].iter().all(|&p| matches!(cfg.nodes[p].kind, NodeKind::Preprocess(_)));
+                    infer::Infer::build(cfg, name, c, rt, warm, whole_frames, pool_size).map(|s| {
                         models.insert(node.name.clone(), (s.inputs().to_vec(), s.outputs().to_vec()));
                         Body::Stage(Box::new(s))
                     })
