@@ -559,3 +559,46 @@ path = "out.ndjson"
         assert!((f.0 - w.0).abs() < 0.25 && (f.1 - w.1).abs() < 0.25, "segment {f:?} vs truth {w:?}");
     }
 }
+
+/// An audio stream over RTSP that hangs (SIGSTOP): Ctrl-C still stops the run
+/// at once (exit 130, every window written); left alone, the silent stream
+/// ends the run after the 10 s read timeout with an error naming it (exit 1),
+/// not as if it had ended by itself.
+#[test]
+fn hung_audio_stream_is_stopped_and_times_out() {
+    let _serial = serial();
+    let wav = root().join("samples/speech-eval.wav");
+    let server = Server::start_with(18561, &["--audio", wav.to_str().unwrap()]);
+    let model = root().join("models/silero/silero_vad.onnx");
+    let toml = format!(
+        "[sources.mic]\nkind = \"audio\"\nuri = \"${{RTSP_URL}}\"\n\n[stages.vad]\nkind = \"vad\"\ninputs = [\"mic\"]\nmodel = \"{}\"\n{NDJSON_SINK}",
+        model.display()
+    )
+    .replace("inputs = [\"cam\"]", "inputs = [\"vad\"]");
+    let url = "rtsp://127.0.0.1:18561/cam";
+
+    let mut run = Run::start(&toml, url, &[]);
+    run.wait_for("20 windows", Duration::from_secs(20), |l| frames(l) >= 20);
+    signal(server.pid(), "STOP");
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    let code = run.interrupt();
+    let err = run.stderr();
+    assert_eq!(code, Some(130), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(3), "Ctrl-C took {:?} on a hung stream", t.elapsed());
+    let (_, processed, _, _) = accounting(&err);
+    assert_eq!(processed as usize, frames(&run.lines()), "{err}");
+    signal(server.pid(), "CONT");
+
+    let mut run = Run::start(&toml, url, &[]);
+    run.wait_for("20 windows", Duration::from_secs(20), |l| frames(l) >= 20);
+    signal(server.pid(), "STOP");
+    let code = run.wait_exit(Duration::from_secs(25));
+    let err = run.stderr();
+    signal(server.pid(), "CONT");
+    assert_eq!(code, Some(1), "{err}");
+    let msg = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line:\n{err}"));
+    assert!(msg.contains("source `mic`") && msg.contains("read error") && msg.contains("rtsp://127.0.0.1:18561/cam"), "{msg}");
+    let (_, processed, _, _) = accounting(&err);
+    assert_eq!(processed as usize, frames(&run.lines()), "every window before the hang is written");
+}

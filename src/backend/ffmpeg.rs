@@ -50,7 +50,25 @@ pub fn versions() -> String {
 pub struct InputOptions {
     pub format: Option<String>,
     pub options: Vec<(String, String)>,
+    /// For network inputs: asked while FFmpeg waits for data; `true` aborts
+    /// the wait (the pipeline is stopping), so a stalled stream cannot block.
+    pub interrupt: Option<Interrupt>,
 }
+
+/// A question FFmpeg asks while it waits on an input: stop waiting?
+#[derive(Clone)]
+pub struct Interrupt(pub std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupt")
+    }
+}
+
+/// Socket timeout for RTSP inputs read by `file` and `audio` sources (the
+/// `rtsp` source has its own): a stream silent this long ends with a read
+/// error instead of waiting for ever.
+const RTSP_READ_TIMEOUT_US: &str = "10000000";
 
 /// The demuxer named `name`, if this FFmpeg has it.
 fn find_input_format(name: &str) -> Option<ff::format::Input> {
@@ -89,8 +107,16 @@ fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::I
     for (k, v) in &opts.options {
         dict.set(k, v);
     }
+    let url = path.to_string_lossy();
+    if (url.starts_with("rtsp://") || url.starts_with("rtsps://")) && !opts.options.iter().any(|(k, _)| k == "timeout") {
+        dict.set("timeout", RTSP_READ_TIMEOUT_US);
+    }
+    if let (Some(interrupt), None, false) = (&opts.interrupt, &opts.format, stdin) {
+        let ask = interrupt.0.clone();
+        return ff::format::input_with_interrupt_and_dictionary(&path, move || ask(), dict).map_err(err);
+    }
     match &opts.format {
-        None if opts.options.is_empty() => ff::format::input(&path).map_err(err),
+        None if dict.iter().next().is_none() => ff::format::input(&path).map_err(err),
         None => ff::format::input_with_dictionary(&path, dict).map_err(err),
         Some(name) => {
             let f = find_input_format(name).ok_or(FfmpegError::Open { path: shown.clone(), source: ff::Error::DemuxerNotFound })?;
@@ -766,6 +792,9 @@ pub struct AudioDecoder {
     eof_sent: bool,
     flushed: bool,
     pub corrupt_packets: u64,
+    /// Why reading stopped, when it was not the end of the input (a network
+    /// stream that went silent, a truncated file, a stop).
+    pub read_error: Option<String>,
     /// Codec, source rate and channels, for the start-up log.
     pub describe: String,
     /// Duration in seconds, when the container says.
@@ -808,6 +837,7 @@ impl AudioDecoder {
             eof_sent: false,
             flushed: false,
             corrupt_packets: 0,
+            read_error: None,
             describe,
             duration,
         })
@@ -886,7 +916,10 @@ impl AudioDecoder {
                         break;
                     }
                     Ok(()) => continue,
-                    Err(_) => {
+                    Err(e) => {
+                        if e != ff::Error::Eof {
+                            self.read_error = Some(e.to_string());
+                        }
                         let _ = self.decoder.send_eof();
                         self.eof_sent = true;
                         break;

@@ -68,6 +68,8 @@ pub struct AudioSource {
     hop: usize,
     pool: Pool<f32>,
     max_frames: Option<u64>,
+    /// Lets a stop abort a read from a stalled network stream.
+    stop: super::StopCell,
 }
 
 impl AudioSource {
@@ -84,7 +86,12 @@ impl AudioSource {
         if window == 0 || rate == 0 {
             return Err(cfg.diag(c.window.span(), "window and sample_rate must be positive"));
         }
-        let mut opts = InputOptions { format: c.format.as_ref().map(|f| cfg.expand(f)).transpose()?, options: Vec::new() };
+        let stop = super::StopCell::default();
+        let mut opts = InputOptions {
+            format: c.format.as_ref().map(|f| cfg.expand(f)).transpose()?,
+            options: Vec::new(),
+            interrupt: crate::config::is_url(&path.to_string_lossy()).then(|| stop.interrupt()),
+        };
         if let Some(r) = &c.input_rate {
             opts.options.push(("sample_rate".into(), r.get_ref().to_string()));
         }
@@ -95,7 +102,7 @@ impl AudioSource {
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
                 .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
         })?;
-        Ok(AudioSource { path, decoder, rate, window, hop: c.hop.unwrap_or(window).max(1), pool: Pool::new(pool_size), max_frames })
+        Ok(AudioSource { path, decoder, rate, window, hop: c.hop.unwrap_or(window).max(1), pool: Pool::new(pool_size), max_frames, stop })
     }
 }
 
@@ -115,6 +122,7 @@ impl Source for AudioSource {
     }
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
+        self.stop.arm(ctx.shutdown());
         let mut windows = Windows::new(self.window, self.hop);
         let mut seq = 0u64;
         while !ctx.stopping() && self.max_frames.is_none_or(|m| seq < m) {
@@ -127,6 +135,19 @@ impl Source for AudioSource {
             }
         }
         ctx.note_decode_errors(self.decoder.corrupt_packets);
-        Ok(())
+        match &self.decoder.read_error {
+            // A stop aborts the read on purpose.
+            Some(_) if ctx.stopping() => Ok(()),
+            // A network stream that stopped sending (or broke) did not end: say so.
+            Some(e) if crate::config::is_url(&self.path.to_string_lossy()) => Err(format!(
+                "{}: read error: {e} (the stream stopped; it is not reconnected)",
+                crate::config::mask_credentials(&self.path.to_string_lossy())
+            )),
+            Some(e) => {
+                tracing::warn!("{}: read error: {e}; treated as the end of the input", self.path.display());
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 }

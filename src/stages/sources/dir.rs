@@ -461,7 +461,9 @@ impl Decode<'_> {
             }
         }
         let seconds = windows.consumed() as f64 / rate as f64;
-        let result = if dec.corrupt_packets > 0 {
+        let result = if let Some(err) = &dec.read_error {
+            Err(format!("read error after {n} window(s): {err} (truncated?)"))
+        } else if dec.corrupt_packets > 0 {
             Err(format!("corrupt data: {} packet(s) could not be decoded ({n} window(s) decoded)", dec.corrupt_packets))
         } else if n == 0 {
             Err("no audio decoded".into())

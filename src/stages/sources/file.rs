@@ -28,6 +28,8 @@ pub struct FileSource {
     last_pts: Option<i64>,
     /// Largest frame (width × height) accepted; larger ones are skipped and counted.
     max_pixels: u64,
+    /// Lets a stop abort a read from a stalled network stream.
+    stop: super::StopCell,
 }
 
 /// How this source decodes, as resolved at build time.
@@ -68,7 +70,11 @@ impl FileSource {
     ) -> Result<Self, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
         // `-`: a stream piped in on stdin (its format probed unless `format` names it).
-        let opts = input_options(cfg, c)?;
+        let stop = super::StopCell::default();
+        let mut opts = input_options(cfg, c)?;
+        if is_url(&path.to_string_lossy()) {
+            opts.interrupt = Some(stop.interrupt());
+        }
         let open_path = path.clone();
         let stdin = path.as_os_str() == "-";
         let max_pixels = c.max_pixels.or(cfg.settings.max_pixels).unwrap_or(crate::backend::ffmpeg::DEFAULT_MAX_PIXELS);
@@ -130,6 +136,7 @@ impl FileSource {
             pts_offset: 0,
             last_pts: None,
             max_pixels,
+            stop,
         })
     }
 }
@@ -145,7 +152,7 @@ pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<Input
         options.push(("pixel_format".into(), c.pixel_format.as_ref().map(|p| cfg.expand(p)).transpose()?.unwrap_or("yuv420p".into())));
         options.push(("framerate".into(), c.rate.as_ref().map_or("25".into(), |r| r.get_ref().to_string())));
     }
-    Ok(InputOptions { format, options })
+    Ok(InputOptions { format, options, interrupt: None })
 }
 
 impl FileSource {
@@ -217,6 +224,7 @@ impl Source for FileSource {
     }
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
+        self.stop.arm(ctx.shutdown());
         let tb = self.decoder.info.time_base;
         let name = self.display_name();
         let mut seq = self.next_seq;
