@@ -602,3 +602,50 @@ fn hung_audio_stream_is_stopped_and_times_out() {
     let (_, processed, _, _) = accounting(&err);
     assert_eq!(processed as usize, frames(&run.lines()), "every window before the hang is written");
 }
+
+/// `media = "audio"` on an `rtsp` source: the stream's audio in timed windows,
+/// through the VAD, surviving the server going away for 3 s like a camera:
+/// one lost/reconnected pair, window times always increasing, the gap in them
+/// as long as the outage, every window accounted for.
+#[test]
+fn audio_stream_reconnects_like_a_camera() {
+    let _serial = serial();
+    let wav = root().join("samples/speech-eval.wav");
+    let mut server = Server::start_with(18562, &["--audio", wav.to_str().unwrap()]);
+    let model = root().join("models/silero/silero_vad.onnx");
+    let toml = format!(
+        "{SOURCE}media = \"audio\"\nsample_rate = 16000\nwindow = 512\n\n[stages.vad]\nkind = \"vad\"\ninputs = [\"cam\"]\nmodel = \"{}\"\n{NDJSON_SINK}",
+        model.display()
+    )
+    .replace("inputs = [\"cam\"]\npath", "inputs = [\"vad\"]\npath");
+    let mut run = Run::start(&toml, "rtsp://127.0.0.1:18562/cam", &[]);
+    run.wait_for("30 windows", Duration::from_secs(20), |l| frames(l) >= 30);
+    server.terminate();
+    run.wait_for("a lost event", Duration::from_secs(5), |l| !events(l, "lost").is_empty());
+    std::thread::sleep(Duration::from_secs(3));
+    server.spawn();
+    run.wait_for("30 windows after the reconnection", Duration::from_secs(15), |l| frames_after(l, "reconnected", 1) >= 30);
+    let code = run.interrupt();
+    let err = run.stderr();
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("audio: opus 48000 Hz"), "{err}");
+    let lines = run.lines();
+    assert_eq!((events(&lines, "lost").len(), events(&lines, "reconnected").len()), (1, 1), "{lines:?}");
+    check_order(&lines);
+    let at = lines.iter().position(|v| v["event"] == "lost").unwrap();
+    let pts: Vec<(usize, f64)> =
+        lines.iter().enumerate().filter(|(_, v)| is_frame(v)).map(|(i, v)| (i, v["pts"].as_f64().unwrap())).collect();
+    assert!(pts[0].1.abs() < 1e-9, "first window at {}", pts[0].1);
+    for w in pts.windows(2) {
+        let step = w[1].1 - w[0].1;
+        if w[0].0 < at && w[1].0 > at {
+            assert!(step > 2.5, "a gap of {step:.3} s for a 3 s outage");
+        } else {
+            assert!((step - 0.032).abs() < 1e-6, "windows {step} s apart at {}", w[0].1);
+        }
+    }
+    assert!(lines.iter().filter(|v| is_frame(v)).all(|v| v["results"]["vad"]["probability"].is_number()), "every window through the VAD");
+    let (_, processed, _, failed) = accounting(&err);
+    assert_eq!((processed as usize, failed), (frames(&lines), 0), "{err}");
+    assert!(err.contains("cam: stream lost 1×, reconnected 1×"), "{err}");
+}

@@ -182,7 +182,7 @@ pub struct DirSourceConfig {
     pub state: Option<Spanned<String>>,
     /// What to read from each file: its video (frames) or its audio (timed windows).
     #[serde(default)]
-    pub media: DirMedia,
+    pub media: MediaKind,
     /// Audio: the rate the audio is resampled to (default 16000 Hz).
     pub sample_rate: Option<Spanned<u32>>,
     /// Audio: samples per window (default 512).
@@ -191,10 +191,10 @@ pub struct DirSourceConfig {
     pub hop: Option<Spanned<usize>>,
 }
 
-/// `media` of a `dir` source.
+/// `media` of a `dir` or `rtsp` source: what it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DirMedia {
+pub enum MediaKind {
     #[default]
     Video,
     Audio,
@@ -276,6 +276,15 @@ pub struct RtspSourceConfig {
     /// keeps trying with the backoff (and `max_retries`), as after a loss.
     #[serde(default)]
     pub wait_at_start: bool,
+    /// What to read from the stream: its video (frames) or its audio (timed windows).
+    #[serde(default)]
+    pub media: MediaKind,
+    /// Audio: the rate the audio is resampled to (default 16000 Hz).
+    pub sample_rate: Option<Spanned<u32>>,
+    /// Audio: samples per window (default 512).
+    pub window: Option<Spanned<usize>>,
+    /// Audio: samples between window starts (default: the window).
+    pub hop: Option<Spanned<usize>>,
     /// Decoder threads; 0 lets FFmpeg choose (default).
     #[serde(default)]
     pub decoder_threads: usize,

@@ -47,7 +47,8 @@ impl DataType {
 
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
-        NodeKind::Dir(c) if c.media == crate::config::DirMedia::Audio => DataType::Audio,
+        NodeKind::Dir(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
+        NodeKind::Rtsp(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
         NodeKind::TestSrc(_) => DataType::Video,

@@ -20,7 +20,7 @@ use crossbeam_channel::{RecvTimeoutError, bounded};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, DirMedia, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
+use crate::config::{Diagnostic, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
 use crate::frame::{AudioChunk, Image, InputEnd, Pool};
 use crate::runtime::report::FailedInput;
 use crate::runtime::{InputLog, SourceCtx};
@@ -207,35 +207,9 @@ impl DirSource {
         use_state: bool,
         limit: Option<u64>,
     ) -> Result<Self, Diagnostic> {
-        let media = match c.media {
-            DirMedia::Video => {
-                if let Some(span) =
-                    [c.sample_rate.as_ref().map(|v| v.span()), c.window.as_ref().map(|v| v.span()), c.hop.as_ref().map(|v| v.span())]
-                        .into_iter()
-                        .flatten()
-                        .next()
-                {
-                    return Err(cfg
-                        .diag(span, format!("source `{}`: `sample_rate`, `window` and `hop` are for audio", node.name))
-                        .with_help("add media = \"audio\" to read the files' audio"));
-                }
-                Media::Video
-            }
-            DirMedia::Audio => {
-                let rate = c.sample_rate.as_ref().map_or(16000, |v| *v.get_ref());
-                let window = c.window.as_ref().map_or(512, |v| *v.get_ref());
-                let hop = c.hop.as_ref().map_or(window, |v| *v.get_ref());
-                for (v, what) in [
-                    (c.sample_rate.as_ref().map(|v| (*v.get_ref() as usize, v.span())), "sample_rate"),
-                    (c.window.as_ref().map(|v| (*v.get_ref(), v.span())), "window"),
-                    (c.hop.as_ref().map(|v| (*v.get_ref(), v.span())), "hop"),
-                ] {
-                    if let Some((0, span)) = v {
-                        return Err(cfg.diag(span, format!("source `{}`: `{what}` must be positive", node.name)));
-                    }
-                }
-                Media::Audio { rate, window, hop }
-            }
+        let media = match super::audio_windows(cfg, node, c.media, c.sample_rate.as_ref(), c.window.as_ref(), c.hop.as_ref())? {
+            None => Media::Video,
+            Some((rate, window, hop)) => Media::Audio { rate, window, hop },
         };
         let (value, root, mut paths) = match (&c.path, &c.glob) {
             (Some(p), None) => {

@@ -32,3 +32,39 @@ impl StopCell {
         let _ = self.0.set(shutdown);
     }
 }
+
+/// Audio windows a source cuts: (sample rate, window, hop) in samples.
+pub type AudioWindows = (u32, usize, usize);
+
+/// `media` with its audio keys: `None` for video (where the audio keys are a
+/// located error), else the sample rate (default 16000 Hz), window (512) and
+/// hop (the window), each positive.
+pub fn audio_windows(
+    cfg: &crate::config::PipelineConfig,
+    node: &crate::config::NodeConfig,
+    media: crate::config::MediaKind,
+    sample_rate: Option<&toml::Spanned<u32>>,
+    window: Option<&toml::Spanned<usize>>,
+    hop: Option<&toml::Spanned<usize>>,
+) -> Result<Option<AudioWindows>, crate::config::Diagnostic> {
+    if media == crate::config::MediaKind::Video {
+        return match [sample_rate.map(|v| v.span()), window.map(|v| v.span()), hop.map(|v| v.span())].into_iter().flatten().next() {
+            Some(span) => Err(cfg
+                .diag(span, format!("source `{}`: `sample_rate`, `window` and `hop` are for audio", node.name))
+                .with_help("add media = \"audio\" to read the audio")),
+            None => Ok(None),
+        };
+    }
+    for (v, what) in [
+        (sample_rate.map(|v| (*v.get_ref() as usize, v.span())), "sample_rate"),
+        (window.map(|v| (*v.get_ref(), v.span())), "window"),
+        (hop.map(|v| (*v.get_ref(), v.span())), "hop"),
+    ] {
+        if let Some((0, span)) = v {
+            return Err(cfg.diag(span, format!("source `{}`: `{what}` must be positive", node.name)));
+        }
+    }
+    let rate = sample_rate.map_or(16000, |v| *v.get_ref());
+    let window = window.map_or(512, |v| *v.get_ref());
+    Ok(Some((rate, window, hop.map_or(window, |v| *v.get_ref()))))
+}

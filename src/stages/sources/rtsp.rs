@@ -8,13 +8,15 @@
 //! A lost stream is reported as a `lost` event; the source then reconnects with
 //! exponential backoff and reports `reconnected` with the gap and the attempts.
 //! Frames are stamped in milliseconds since the source started, following the
-//! camera's clock within a connection and never going backwards.
+//! camera's clock within a connection and never going backwards. With
+//! `media = "audio"` the stream's audio is read instead, in timed windows
+//! numbered by sample since the source started (across reconnections too).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::ffmpeg::{VideoDecoder, copy_to_image};
+use crate::backend::ffmpeg::{AudioDecoder, InputOptions, Interrupt, VideoDecoder, copy_to_image};
 use crate::config::{Diagnostic, NodeConfig, PipelineConfig, RtspSourceConfig, RtspTransport, mask_credentials};
 use crate::frame::{EventKind, Pool};
 use crate::runtime::{Shutdown, SourceCtx};
@@ -185,6 +187,30 @@ impl Clock {
     }
 }
 
+/// One connection's decoder: the stream's video, or its audio.
+enum Conn {
+    Video(VideoDecoder),
+    Audio(AudioDecoder),
+}
+
+impl Conn {
+    /// Why reading stopped, when it was not the end of the stream.
+    fn read_error(&self) -> Option<&str> {
+        match self {
+            Conn::Video(d) => d.read_error(),
+            Conn::Audio(d) => d.read_error.as_deref(),
+        }
+    }
+
+    /// Frames (video) or packets (audio) lost to corrupt data.
+    fn corrupt(&self) -> u64 {
+        match self {
+            Conn::Video(d) => d.skipped_frames,
+            Conn::Audio(d) => d.corrupt_packets,
+        }
+    }
+}
+
 pub struct RtspSource {
     /// The URL with its credentials: handed to FFmpeg, never printed.
     url: String,
@@ -200,7 +226,10 @@ pub struct RtspSource {
     start_error: Option<String>,
     backoff: Backoff,
     threads: usize,
-    decoder: Option<VideoDecoder>,
+    decoder: Option<Conn>,
+    /// `media = "audio"`: (sample rate, window, hop).
+    audio: Option<super::AudioWindows>,
+    audio_pool: Pool<f32>,
     watch: Arc<Watch>,
     pool: Pool<u8>,
     max_frames: Option<u64>,
@@ -219,6 +248,7 @@ impl RtspSource {
         max_frames: Option<u64>,
     ) -> Result<Self, Diagnostic> {
         let url = cfg.expand(&c.uri)?;
+        let audio = super::audio_windows(cfg, node, c.media, c.sample_rate.as_ref(), c.window.as_ref(), c.hop.as_ref())?;
         let ms = |v: &toml::Spanned<u64>| Duration::from_millis(*v.get_ref());
         // Each source (and each run) jitters differently.
         let seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), (index, &node.name));
@@ -234,6 +264,8 @@ impl RtspSource {
             backoff: Backoff::new(ms(&c.backoff_initial_ms), ms(&c.backoff_max_ms), seed),
             threads: c.decoder_threads,
             decoder: None,
+            audio,
+            audio_pool: Pool::new(pool_size),
             watch: Arc::new(Watch::new()),
             pool: Pool::new(pool_size),
             max_frames: match (c.max_frames, max_frames) {
@@ -261,7 +293,7 @@ impl RtspSource {
     }
 
     /// One connection attempt, bounded by the connect timeout.
-    fn connect(&self) -> Result<VideoDecoder, String> {
+    fn connect(&self) -> Result<Conn, String> {
         self.watch.arm(self.connect_timeout);
         // The socket timeout is a backstop behind our own limits, which fire first with a clearer reason.
         let socket_us = (self.connect_timeout.max(self.watchdog) + Duration::from_secs(1)).as_micros();
@@ -272,7 +304,17 @@ impl RtspSource {
             ("fpsprobesize", "0".to_string()),
         ];
         let watch = self.watch.clone();
-        let r = VideoDecoder::open_live(&self.url, self.threads, &options, move || watch.interrupted());
+        let r = match self.audio {
+            None => VideoDecoder::open_live(&self.url, self.threads, &options, move || watch.interrupted()).map(Conn::Video),
+            Some((rate, ..)) => {
+                let opts = InputOptions {
+                    format: None,
+                    options: options.iter().filter(|(k, _)| *k != "fpsprobesize").map(|(k, v)| (k.to_string(), v.clone())).collect(),
+                    interrupt: Some(Interrupt(Arc::new(move || watch.interrupted()))),
+                };
+                AudioDecoder::open_with(std::path::Path::new(&self.url), rate, &opts).map(Conn::Audio)
+            }
+        };
         match r {
             Ok(d) => Ok(d),
             Err(_) if self.watch.fired.load(Ordering::Relaxed) => {
@@ -285,7 +327,7 @@ impl RtspSource {
     /// Drop the connection without waiting on a camera that may hang.
     fn close(&mut self) -> u64 {
         self.watch.closing.store(true, Ordering::Relaxed);
-        let corrupt = self.decoder.take().map_or(0, |d| d.skipped_frames);
+        let corrupt = self.decoder.take().map_or(0, |d| d.corrupt());
         self.watch.closing.store(false, Ordering::Relaxed);
         corrupt
     }
@@ -305,7 +347,7 @@ impl RtspSource {
 
     /// Reconnect after a loss (or a camera down at start); `Ok(None)` when the
     /// pipeline stopped meanwhile.
-    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(VideoDecoder, u32)>, String> {
+    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(Conn, u32)>, String> {
         let mut attempts = 0u32;
         loop {
             if !Self::pause(ctx, self.backoff.next_delay()) {
@@ -345,11 +387,18 @@ impl Source for RtspSource {
 
     fn describe(&self) -> String {
         let (codec, size, fps) = match &self.decoder {
-            Some(d) => {
+            Some(Conn::Video(d)) => {
                 let i = &d.info;
                 (i.codec.clone(), format!(" {}x{}", i.width, i.height), i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default())
             }
+            Some(Conn::Audio(d)) => (d.describe.clone(), String::new(), String::new()),
             None => ("?".into(), String::new(), String::new()),
+        };
+        let (codec, size, fps) = match self.audio {
+            Some((rate, window, hop)) => {
+                (format!("audio: {codec}"), format!(", windows of {window} samples every {hop} at {rate} Hz"), fps)
+            }
+            None => (codec, size, fps),
         };
         let reconnect = if !self.reconnect {
             "reconnect off".to_string()
@@ -396,40 +445,77 @@ impl Source for RtspSource {
                 None => return Ok(()),
             }
         }
+        // Audio: the sample index of the next window, and when the first connection started.
+        let (mut audio_next, first_connect) = (0u64, Instant::now());
         let result = 'streams: loop {
-            let Some(decoder) = self.decoder.as_mut() else { break Ok(()) };
-            let tb = decoder.info.time_base;
+            let Some(conn) = self.decoder.as_mut() else { break Ok(()) };
             // Models may have loaded for a while since the connect: the watchdog counts from now.
             self.watch.arm(self.watchdog);
-            let lost = loop {
-                if ctx.stopping() || self.max_frames.is_some_and(|m| seq >= m) {
-                    break None;
+            let lost = match conn {
+                Conn::Video(decoder) => {
+                    let tb = decoder.info.time_base;
+                    loop {
+                        if ctx.stopping() || self.max_frames.is_some_and(|m| seq >= m) {
+                            break None;
+                        }
+                        let frame = match decoder.next_frame() {
+                            Ok(Some(f)) => f,
+                            Ok(None) => break Some(()),
+                            Err(e) => {
+                                tracing::debug!("source `{}`: {e}", ctx.name);
+                                break Some(());
+                            }
+                        };
+                        self.watch.touch();
+                        let pts = frame.timestamp().or(frame.pts());
+                        let image = match copy_to_image(frame, &self.pool) {
+                            Ok(i) => i,
+                            Err(e) => {
+                                bad += 1;
+                                tracing::warn!("source `{}`: frame {seq}: {e}; skipped", ctx.name);
+                                continue;
+                            }
+                        };
+                        let now = Instant::now();
+                        let f = ctx.new_frame(seq, Some(clock.stamp(pts, tb, now)), (1, 1000), Some(Arc::new(image)));
+                        seq += 1;
+                        if !ctx.emit(f) {
+                            break None;
+                        }
+                    }
                 }
-                let frame = match decoder.next_frame() {
-                    Ok(Some(f)) => f,
-                    Ok(None) => break Some(()),
-                    Err(e) => {
-                        tracing::debug!("source `{}`: {e}", ctx.name);
-                        break Some(());
+                Conn::Audio(decoder) => {
+                    let (rate, window, hop) = self.audio.expect("an audio connection reads audio");
+                    // Samples go on from where the last connection stopped, or from
+                    // the wall clock when that is later (the time the stream was away).
+                    let wall = (first_connect.elapsed().as_secs_f64() * rate as f64) as u64;
+                    let offset = if seq == 0 { 0 } else { audio_next.max(wall) };
+                    let mut windows = super::audio::Windows::new(window, hop);
+                    loop {
+                        if ctx.stopping() || self.max_frames.is_some_and(|m| seq >= m) {
+                            break None;
+                        }
+                        let mut chunk = match windows.next(decoder, &self.audio_pool, rate) {
+                            Ok(Some(c)) => c,
+                            Ok(None) => break Some(()),
+                            Err(e) => {
+                                tracing::debug!("source `{}`: {e}", ctx.name);
+                                break Some(());
+                            }
+                        };
+                        self.watch.touch();
+                        chunk.start += offset;
+                        audio_next = offset + windows.consumed();
+                        let mut f = ctx.new_frame(seq, Some(chunk.start as i64), (1, rate as i32), None);
+                        f.audio = Some(Arc::new(chunk));
+                        seq += 1;
+                        if !ctx.emit(f) {
+                            break None;
+                        }
                     }
-                };
-                self.watch.touch();
-                let pts = frame.timestamp().or(frame.pts());
-                let image = match copy_to_image(frame, &self.pool) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        bad += 1;
-                        tracing::warn!("source `{}`: frame {seq}: {e}; skipped", ctx.name);
-                        continue;
-                    }
-                };
-                let now = Instant::now();
-                let f = ctx.new_frame(seq, Some(clock.stamp(pts, tb, now)), (1, 1000), Some(Arc::new(image)));
-                seq += 1;
-                if !ctx.emit(f) {
-                    break None;
                 }
             };
+            let decoder = &*conn;
             // Why the stream ended, before the connection (and its error) goes.
             let reason = if self.watch.fired.load(Ordering::Relaxed) {
                 format!("no frame for {} ms (watchdog_ms)", self.watchdog.as_millis())
