@@ -13,7 +13,8 @@
 #      stream order, a 1000-frame soak, decode and kernel figures
 #   4. the unit tests of the kernels, CPU twins and CUDA backend, GPU tests included
 #   5. a pipeline on GPU vs CPU: NVDEC + CUDA kernel, software + CUDA kernel,
-#      software + CPU preprocess; results compared frame by frame
+#      software + CPU preprocess, and NVDEC + kernel with io_binding = "on"
+#      (device tensors into the bound input); results compared frame by frame
 #   6. bench: preprocess and end-to-end throughput, CPU path vs GPU path
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,10 +69,12 @@ step "pipeline: GPU vs CPU results"
 P="$WORK/repo/pipelines"
 sed -e 's/^hwaccel = .*/hwaccel = "none"/' -e 's/^device = .*/device = "cuda"/' "$P/gpu.toml" >"$P/gpu-upload.toml"
 sed -e 's/^hwaccel = .*/hwaccel = "none"/' -e 's/^device = .*/device = "cpu"/' "$P/gpu.toml" >"$P/gpu-cpu.toml"
-for v in gpu gpu-upload gpu-cpu; do
+# Device tensors downloaded straight into the bound input of the session (IoBinding in host memory).
+sed -e 's/^providers = .*/&\nio_binding = "on"/' "$P/gpu.toml" >"$P/gpu-bound.toml"
+for v in gpu gpu-upload gpu-cpu gpu-bound; do
   check "run $v" 14 env OUT="$OUT/$v.ndjson" timeout 300 "$BIN" run "$P/$v.toml" --progress never
 done
-check "results: NVDEC+kernel = software+kernel (exact); CPU preprocess boxes all found (IoU >= 0.8, 90% >= 0.9)" 10 python3 - "$OUT" <<'PY'
+check "results: NVDEC+kernel = software+kernel = bound input (exact); CPU preprocess boxes all found (IoU >= 0.8, 90% >= 0.9)" 10 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
 def boxes(rec):
@@ -99,6 +102,10 @@ if len(g) != len(cpu) or len(g) == 0: ok = False; print("frame counts differ")
 exact = sum(1 for k in g if g[k] == up.get(k))
 print(f"NVDEC+kernel equals software+kernel on {exact}/{len(g)} frames")
 if exact != len(g): ok = False
+bound = frames("gpu-bound")
+same = sum(1 for k in g if g[k] == bound.get(k))
+print(f"with io_binding = on (device tensors into the bound input): equal on {same}/{len(g)} frames")
+if same != len(g): ok = False
 # The CPU path resamples with swscale, the kernel bilinearly: boxes move by a
 # pixel or two. Every box must be found (IoU >= 0.8), nine in ten closely (>= 0.9).
 matched = total = 0; worst = 1.0
