@@ -72,7 +72,12 @@ fn bench_plots_png() {
     let img = image::open(&plot).unwrap();
     assert_eq!((img.width(), img.height()), (1100, 800));
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains("bottleneck: det is") && text.contains("frames: decoded 5 = processed 5 + dropped 0 + failed 0"), "{text}");
+    // Five frames are too few to load `det` fully on a busy machine: which node is
+    // named is checked on a longer run (bench_json_matches_its_schema_and_names_the_bottleneck).
+    assert!(
+        text.lines().any(|l| l.starts_with("bottleneck: ")) && text.contains("frames: decoded 5 = processed 5 + dropped 0 + failed 0"),
+        "{text}"
+    );
 }
 
 #[test]
