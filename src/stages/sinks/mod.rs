@@ -23,6 +23,24 @@ pub fn stream_file_name(stream: &str) -> String {
 
 use crate::frame::Frame;
 
+/// Check a `{stream}` path template (the placeholder only in the file name;
+/// `example` is shown in the help) and create its folder now, so a bad path
+/// fails before the run.
+pub fn prepare_stream_template(
+    cfg: &crate::config::PipelineConfig,
+    value: &toml::Spanned<String>,
+    path: &std::path::Path,
+    example: &str,
+) -> Result<(), crate::config::Diagnostic> {
+    if path.file_name().is_none_or(|n| !n.to_string_lossy().contains("{stream}")) {
+        return Err(cfg.diag(value.span(), "`{stream}` may only appear in the file name").with_help(format!("e.g. path = \"{example}\"")));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| cfg.diag(value.span(), format!("cannot create folder {}: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
 /// Discards every frame (benchmarks measure the pipeline without output cost).
 pub struct NullSink;
 

@@ -55,15 +55,7 @@ impl NdjsonSink {
         let out = if path.as_os_str() == "-" {
             Out::Stdout(std::io::stdout())
         } else if per_stream {
-            if path.file_name().is_none_or(|n| !n.to_string_lossy().contains("{stream}")) {
-                return Err(cfg
-                    .diag(c.path.span(), "`{stream}` may only appear in the file name")
-                    .with_help("e.g. path = \"out/{stream}.ndjson\""));
-            }
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| cfg.diag(c.path.span(), format!("cannot create folder {}: {e}", dir.display())))?;
-            }
+            super::prepare_stream_template(cfg, &c.path, &path, "out/{stream}.ndjson")?;
             Out::PerStream { open: HashMap::new(), opened: HashSet::new() }
         } else {
             let f = open_file(&path, c.append)

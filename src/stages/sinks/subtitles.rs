@@ -68,15 +68,7 @@ impl Subtitles {
             c.format.unwrap_or(if path.extension().is_some_and(|e| e == "vtt") { SubtitleFormat::Vtt } else { SubtitleFormat::Srt });
         let per_stream = c.path.get_ref().contains("{stream}");
         let single = if per_stream {
-            if path.file_name().is_none_or(|n| !n.to_string_lossy().contains("{stream}")) {
-                return Err(cfg
-                    .diag(c.path.span(), "`{stream}` may only appear in the file name")
-                    .with_help("e.g. path = \"out/{stream}.srt\""));
-            }
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| cfg.diag(c.path.span(), format!("cannot create folder {}: {e}", dir.display())))?;
-            }
+            super::prepare_stream_template(cfg, &c.path, &path, "out/{stream}.srt")?;
             None
         } else {
             Some(
@@ -212,6 +204,24 @@ impl Sink for Subtitles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `{stream}` may only name files (an error at the path, nothing created);
+    /// in the file name, the folder is made before the run.
+    #[test]
+    fn stream_placeholder_only_in_the_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let build = |path: String| {
+            let toml = format!("[sources.a]\nkind = \"testsrc\"\n[sinks.s]\nkind = \"subtitles\"\ninputs = [\"a\"]\npath = \"{path}\"\n");
+            let cfg = crate::config::parse(std::path::Path::new("p.toml"), toml).unwrap();
+            let crate::config::NodeKind::Subtitles(c) = &cfg.nodes[1].kind else { panic!("a subtitles sink") };
+            Subtitles::build(&cfg, c).map(|s| s.per_stream)
+        };
+        let e = build(format!("{}/{{stream}}/cues.srt", dir.path().display())).err().expect("a folder named by the stream");
+        assert_eq!(e.headline(), "p.toml:6:8: `{stream}` may only appear in the file name");
+        assert!(!dir.path().join("{stream}").exists());
+        assert!(build(format!("{}/sub/{{stream}}.srt", dir.path().display())).unwrap());
+        assert!(dir.path().join("sub").is_dir());
+    }
 
     #[test]
     fn timestamps() {
