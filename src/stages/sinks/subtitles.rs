@@ -216,7 +216,7 @@ mod tests {
             let crate::config::NodeKind::Subtitles(c) = &cfg.nodes[1].kind else { panic!("a subtitles sink") };
             Subtitles::build(&cfg, c).map(|s| s.per_stream)
         };
-        let e = build(format!("{}/{{stream}}/cues.srt", dir.path().display())).err().expect("a folder named by the stream");
+        let e = build(format!("{}/{{stream}}/cues.srt", dir.path().display())).expect_err("a folder named by the stream");
         assert_eq!(e.headline(), "p.toml:6:8: `{stream}` may only appear in the file name");
         assert!(!dir.path().join("{stream}").exists());
         assert!(build(format!("{}/sub/{{stream}}.srt", dir.path().display())).unwrap());
