@@ -158,7 +158,7 @@ fn kernel_time(
     hw: &crate::backend::ffmpeg::HwDevice,
     case: &(u32, u32, bool, bool, Layout, bool),
 ) -> Result<f64, String> {
-    let mut dec = VideoDecoder::open_cuda(video, hw).map_err(|e| e.to_string())?;
+    let mut dec = VideoDecoder::open_cuda(video, hw, &Default::default()).map_err(|e| e.to_string())?;
     let img = match dec.next_frame().map_err(|e| e.to_string())? {
         Some(f) => device_image(f, gpu, None)?,
         None => return Err("the video has no frames".into()),
@@ -190,7 +190,7 @@ pub fn run(video: &Path, soak_frames: usize, device: usize) -> Result<GpuCheckRe
     let host_pool = Pool::new(8);
 
     // 1-3: frame by frame against software decode.
-    let mut nv = VideoDecoder::open_cuda(video, &hw).map_err(|e| e.to_string())?;
+    let mut nv = VideoDecoder::open_cuda(video, &hw, &Default::default()).map_err(|e| e.to_string())?;
     let mut sw = VideoDecoder::open(video, 0).map_err(|e| e.to_string())?;
     // Surfaces held by events, as in pipelines: the checksums below show the
     // copies are ordered without a wait per frame.
@@ -249,7 +249,7 @@ pub fn run(video: &Path, soak_frames: usize, device: usize) -> Result<GpuCheckRe
     let (mut warm, mut end) = (None, None);
     let t0 = Instant::now();
     while r.soak_frames < soak_frames {
-        let mut dec = VideoDecoder::open_cuda(video, &hw).map_err(|e| e.to_string())?;
+        let mut dec = VideoDecoder::open_cuda(video, &hw, &Default::default()).map_err(|e| e.to_string())?;
         let n = decode_and_preprocess(&gpu, &mut dec, Some(&mut held), k_case, soak_frames - r.soak_frames, |done| {
             let at = r.soak_frames + done;
             if at == 100 || at == soak_frames {
@@ -268,7 +268,7 @@ pub fn run(video: &Path, soak_frames: usize, device: usize) -> Result<GpuCheckRe
     drop(held);
     // The same work waiting for each copy, for the ratio.
     let t0 = Instant::now();
-    let mut dec = VideoDecoder::open_cuda(video, &hw).map_err(|e| e.to_string())?;
+    let mut dec = VideoDecoder::open_cuda(video, &hw, &Default::default()).map_err(|e| e.to_string())?;
     let n = decode_and_preprocess(&gpu, &mut dec, None, k_case, 300, |_| {})?;
     gpu.sync().map_err(|e| e.to_string())?;
     r.nvdec_fps_waited = n as f64 / t0.elapsed().as_secs_f64();

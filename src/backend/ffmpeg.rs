@@ -17,6 +17,8 @@ pub enum FfmpegError {
     Open { path: String, source: ff::Error },
     #[error("{path}: no video stream")]
     NoVideo { path: String },
+    #[error("{path}: no audio stream")]
+    NoAudio { path: String },
     #[error("{path}: cannot create a decoder for codec `{codec}`: {source}")]
     Decoder { path: String, codec: String, source: ff::Error },
     #[error("{path}: frame {frame}: {what}")]
@@ -53,6 +55,10 @@ pub struct InputOptions {
     /// For network inputs: asked while FFmpeg waits for data; `true` aborts
     /// the wait (the pipeline is stopping), so a stalled stream cannot block.
     pub interrupt: Option<Interrupt>,
+    /// Video: the largest frame (width × height) accepted; a stream declaring
+    /// more is refused at open, larger frames later count as corrupt
+    /// (default [`DEFAULT_MAX_PIXELS`]).
+    pub max_pixels: Option<u64>,
 }
 
 /// A question FFmpeg asks while it waits on an input: stop waiting?
@@ -103,10 +109,7 @@ fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::I
     let shown = shown_name(path);
     let path = if stdin { Path::new("pipe:0") } else { path };
     let err = |source| FfmpegError::Open { path: shown.clone(), source };
-    let mut dict = ff::Dictionary::new();
-    for (k, v) in &opts.options {
-        dict.set(k, v);
-    }
+    let mut dict = dictionary(&opts.options);
     let url = path.to_string_lossy();
     if (url.starts_with("rtsp://") || url.starts_with("rtsps://")) && !opts.options.iter().any(|(k, _)| k == "timeout") {
         dict.set("timeout", RTSP_READ_TIMEOUT_US);
@@ -182,50 +185,21 @@ impl VideoDecoder {
         Self::open_with(path, threads, &InputOptions::default())
     }
 
-    /// As [`VideoDecoder::open`], with a named demuxer and its options.
+    /// As [`VideoDecoder::open`], with a named demuxer, its options, an
+    /// interrupt for network inputs and a frame size limit.
     pub fn open_with(path: &Path, threads: usize, opts: &InputOptions) -> Result<Self, FfmpegError> {
-        Self::open_full(path, threads, opts, None, DEFAULT_MAX_PIXELS)
-    }
-
-    /// [`open_with`](Self::open_with) with frames of at most `max_pixels` (width × height):
-    /// a stream declaring more is refused here, and the decoder refuses larger
-    /// frames later in the stream (they count as corrupt).
-    pub fn open_limited(path: &Path, threads: usize, opts: &InputOptions, max_pixels: u64) -> Result<Self, FfmpegError> {
-        Self::open_full(path, threads, opts, None, max_pixels)
+        Self::open_full(path, threads, opts, None)
     }
 
     /// Open for NVDEC decoding on `device`: frames come out as `Pixel::CUDA`
     /// (see [`cuda_planes`]). Fails when the codec has no CUDA hwaccel here.
-    pub fn open_cuda(path: &Path, device: &HwDevice) -> Result<Self, FfmpegError> {
-        Self::open_full(path, 1, &InputOptions::default(), Some(device), DEFAULT_MAX_PIXELS)
+    pub fn open_cuda(path: &Path, device: &HwDevice, opts: &InputOptions) -> Result<Self, FfmpegError> {
+        Self::open_full(path, 1, opts, Some(device))
     }
 
-    /// [`open_cuda`](Self::open_cuda) with a frame size limit (see [`open_limited`](Self::open_limited)).
-    pub fn open_cuda_limited(path: &Path, device: &HwDevice, max_pixels: u64) -> Result<Self, FfmpegError> {
-        Self::open_full(path, 1, &InputOptions::default(), Some(device), max_pixels)
-    }
-
-    fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>, max_pixels: u64) -> Result<Self, FfmpegError> {
+    fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
         let input = open_input(path, opts)?;
-        Self::with_input(shown_name(path), input, threads, hw, max_pixels)
-    }
-
-    /// Open a live URL with demuxer `options` (e.g. `rtsp_transport`, `timeout`)
-    /// and an interrupt callback FFmpeg polls while it connects and waits for
-    /// data: returning `true` aborts the blocked call (a hung camera, a stop).
-    pub fn open_live<F>(url: &str, threads: usize, options: &[(&str, String)], interrupt: F) -> Result<Self, FfmpegError>
-    where
-        F: FnMut() -> bool + Send + 'static,
-    {
-        init();
-        let p = mask_credentials(url).into_owned();
-        let mut dict = ff::Dictionary::new();
-        for (k, v) in options {
-            dict.set(k, v);
-        }
-        let input = ff::format::input_with_interrupt_and_dictionary(url, interrupt, dict)
-            .map_err(|source| FfmpegError::Open { path: p.clone(), source })?;
-        Self::with_input(p, input, threads, None, DEFAULT_MAX_PIXELS)
+        Self::with_input(shown_name(path), input, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS))
     }
 
     fn with_input(
@@ -812,8 +786,7 @@ impl AudioDecoder {
     pub fn open_with(path: &Path, rate: u32, opts: &InputOptions) -> Result<Self, FfmpegError> {
         let p = shown_name(path);
         let input = open_input(path, opts)?;
-        let stream =
-            input.streams().best(ff::media::Type::Audio).ok_or_else(|| FfmpegError::NoVideo { path: format!("{p} (no audio stream)") })?;
+        let stream = input.streams().best(ff::media::Type::Audio).ok_or_else(|| FfmpegError::NoAudio { path: p.clone() })?;
         let stream_index = stream.index();
         let codec_id = stream.parameters().id();
         let ctx = ff::codec::context::Context::from_parameters(stream.parameters()).map_err(|source| FfmpegError::Decoder {

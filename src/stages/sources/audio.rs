@@ -91,6 +91,7 @@ impl AudioSource {
             format: c.format.as_ref().map(|f| cfg.expand(f)).transpose()?,
             options: Vec::new(),
             interrupt: crate::config::is_url(&path.to_string_lossy()).then(|| stop.interrupt()),
+            ..Default::default()
         };
         if let Some(r) = &c.input_rate {
             opts.options.push(("sample_rate".into(), r.get_ref().to_string()));

@@ -366,14 +366,14 @@ enum Item {
 }
 
 /// Why a file cannot be opened, without its path (the report names it).
-fn open_reason(e: FfmpegError, size: u64, media: Media) -> String {
+fn open_reason(e: FfmpegError, size: u64) -> String {
     if size == 0 {
         return "empty file (0 bytes)".into();
     }
     match e {
         FfmpegError::Open { source, .. } => format!("not readable as media (not a media file, or truncated): {source}"),
-        FfmpegError::NoVideo { .. } if matches!(media, Media::Audio { .. }) => "no audio stream".into(),
         FfmpegError::NoVideo { .. } => "no video stream".into(),
+        FfmpegError::NoAudio { .. } => "no audio stream".into(),
         FfmpegError::Decoder { codec, source, .. } => format!("no decoder for codec {codec}: {source}"),
         other => other.to_string(),
     }
@@ -394,9 +394,67 @@ impl Decode<'_> {
     /// Decode one file, sending its frames or windows; the result says whether it is whole.
     fn file(&self, file: usize, e: &Entry) {
         match self.media {
-            Media::Video => decode(file, e, self.threads, self.max_frames, self.pool, &self.tx, self.stop),
+            Media::Video => self.video(file, e),
             Media::Audio { rate, window, hop } => self.audio(file, e, rate, window, hop),
         }
+    }
+
+    /// Decode one video file, sending its frames; the result says whether it is whole.
+    fn video(&self, file: usize, e: &Entry) {
+        let (tx, stop, max_frames, pool) = (&self.tx, self.stop, self.max_frames, self.pool);
+        let mut dec = match VideoDecoder::open(&e.path, self.threads) {
+            Ok(d) => d,
+            Err(err) => {
+                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)) });
+                return;
+            }
+        };
+        let _ = tx.send(Msg::Opened { file, time_base: dec.info.time_base });
+        let (mut n, mut bad) = (0u64, 0u64);
+        let mut hit_limit = false;
+        loop {
+            if stop.load(Ordering::Acquire) {
+                let _ = tx.send(Msg::Stopped { file });
+                return;
+            }
+            if max_frames.is_some_and(|m| n >= m) {
+                hit_limit = true;
+                break;
+            }
+            let frame = match dec.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(err) => {
+                    let _ = tx.send(Msg::Done { file, result: Err(err.to_string()) });
+                    return;
+                }
+            };
+            let pts = frame.timestamp().or(frame.pts());
+            match copy_to_image(frame, pool) {
+                Ok(image) => {
+                    n += 1;
+                    if tx.send(Msg::Frame { file, pts, item: Item::Image(image) }).is_err() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    bad += 1;
+                    tracing::debug!("{}: frame {n}: {err}", e.path.display());
+                }
+            }
+        }
+        let result = if let Some(err) = &dec.read_error {
+            Err(format!("read error after {n} frame(s): {err} (truncated?)"))
+        } else if dec.skipped_frames + bad > 0 {
+            Err(format!("corrupt data: {} frame(s) could not be decoded ({n} frame(s) decoded)", dec.skipped_frames + bad))
+        } else if let Some(d) = dec.info.declared_frames.filter(|d| !hit_limit && n < *d) {
+            Err(format!("decoded {n} of the {d} frames the container lists (truncated?)"))
+        } else if n == 0 {
+            Err("no video frames decoded".into())
+        } else {
+            Ok(n)
+        };
+        let _ = tx.send(Msg::Done { file, result });
     }
 
     fn audio(&self, file: usize, e: &Entry, rate: u32, window: usize, hop: usize) {
@@ -404,7 +462,7 @@ impl Decode<'_> {
         let mut dec = match AudioDecoder::open(&e.path, rate) {
             Ok(d) => d,
             Err(err) => {
-                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size, self.media)) });
+                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)) });
                 return;
             }
         };
@@ -448,71 +506,6 @@ impl Decode<'_> {
         };
         let _ = tx.send(Msg::Done { file, result });
     }
-}
-
-/// Decode one video file, sending its frames; the result says whether it is whole.
-fn decode(
-    file: usize,
-    e: &Entry,
-    threads: usize,
-    max_frames: Option<u64>,
-    pool: &Pool<u8>,
-    tx: &crossbeam_channel::Sender<Msg>,
-    stop: &AtomicBool,
-) {
-    let mut dec = match VideoDecoder::open(&e.path, threads) {
-        Ok(d) => d,
-        Err(err) => {
-            let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size, Media::Video)) });
-            return;
-        }
-    };
-    let _ = tx.send(Msg::Opened { file, time_base: dec.info.time_base });
-    let (mut n, mut bad) = (0u64, 0u64);
-    let mut hit_limit = false;
-    loop {
-        if stop.load(Ordering::Acquire) {
-            let _ = tx.send(Msg::Stopped { file });
-            return;
-        }
-        if max_frames.is_some_and(|m| n >= m) {
-            hit_limit = true;
-            break;
-        }
-        let frame = match dec.next_frame() {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(err) => {
-                let _ = tx.send(Msg::Done { file, result: Err(err.to_string()) });
-                return;
-            }
-        };
-        let pts = frame.timestamp().or(frame.pts());
-        match copy_to_image(frame, pool) {
-            Ok(image) => {
-                n += 1;
-                if tx.send(Msg::Frame { file, pts, item: Item::Image(image) }).is_err() {
-                    return;
-                }
-            }
-            Err(err) => {
-                bad += 1;
-                tracing::debug!("{}: frame {n}: {err}", e.path.display());
-            }
-        }
-    }
-    let result = if let Some(err) = &dec.read_error {
-        Err(format!("read error after {n} frame(s): {err} (truncated?)"))
-    } else if dec.skipped_frames + bad > 0 {
-        Err(format!("corrupt data: {} frame(s) could not be decoded ({n} frame(s) decoded)", dec.skipped_frames + bad))
-    } else if let Some(d) = dec.info.declared_frames.filter(|d| !hit_limit && n < *d) {
-        Err(format!("decoded {n} of the {d} frames the container lists (truncated?)"))
-    } else if n == 0 {
-        Err("no video frames decoded".into())
-    } else {
-        Ok(n)
-    };
-    let _ = tx.send(Msg::Done { file, result });
 }
 
 /// Record a failed file: in the summary, the log and the state file.

@@ -45,16 +45,16 @@ enum Decode {
 /// Try NVDEC for `path`: the shared GPU, FFmpeg's device on its context and
 /// stream, and a decoder with the CUDA hwaccel.
 #[cfg(feature = "cuda")]
-fn open_nvdec(path: &std::path::Path, device: usize, max_pixels: u64) -> Result<(VideoDecoder, Decode), String> {
+fn open_nvdec(path: &std::path::Path, device: usize, opts: &InputOptions) -> Result<(VideoDecoder, Decode), String> {
     let gpu = crate::backend::cuda::Gpu::shared(device).map_err(|e| e.to_string())?;
     let hw = crate::backend::nvdec::hw_device(&gpu)?;
-    let dec = VideoDecoder::open_cuda_limited(path, &hw, max_pixels).map_err(|e| e.to_string())?;
+    let dec = VideoDecoder::open_cuda(path, &hw, opts).map_err(|e| e.to_string())?;
     let surfaces = crate::backend::nvdec::Surfaces::new(&gpu);
     Ok((dec, Decode::Nvdec(gpu, hw, surfaces)))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_nvdec(_: &std::path::Path, _: usize, _: u64) -> Result<(VideoDecoder, Decode), String> {
+fn open_nvdec(_: &std::path::Path, _: usize, _: &InputOptions) -> Result<(VideoDecoder, Decode), String> {
     Err("this build has no GPU support (built without the `cuda` feature)".into())
 }
 
@@ -78,6 +78,7 @@ impl FileSource {
         let open_path = path.clone();
         let stdin = path.as_os_str() == "-";
         let max_pixels = c.max_pixels.or(cfg.settings.max_pixels).unwrap_or(crate::backend::ffmpeg::DEFAULT_MAX_PIXELS);
+        opts.max_pixels = Some(max_pixels);
         let open_err = |e: crate::backend::ffmpeg::FfmpegError| {
             let help = match e {
                 crate::backend::ffmpeg::FfmpegError::TooLarge { .. } => {
@@ -88,11 +89,11 @@ impl FileSource {
             // The error names the input (`stdin` for `-`).
             cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(help)
         };
-        let open = |p: &std::path::Path| VideoDecoder::open_limited(p, c.decoder_threads, &opts, max_pixels).map_err(open_err);
+        let open = |p: &std::path::Path| VideoDecoder::open_with(p, c.decoder_threads, &opts).map_err(open_err);
         let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
         let (decoder, decode) = match hw {
             HwAccel::None => (open(&open_path)?, Decode::Software(None)),
-            HwAccel::Cuda => open_nvdec(&open_path, c.device_id, max_pixels).map_err(|e| {
+            HwAccel::Cuda => open_nvdec(&open_path, c.device_id, &opts).map_err(|e| {
                 let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
                 cfg.diag(span, format!("source `{}`: hwaccel = \"cuda\": {e}", node.name))
                     .with_help("use hwaccel = \"auto\" to fall back to software decoding, or run `infer-stream doctor`")
@@ -102,7 +103,7 @@ impl FileSource {
             HwAccel::Auto if stdin || opts.format.is_some() => {
                 (open(&open_path)?, Decode::Software(Some(if stdin { "stdin" } else { "named input format" }.into())))
             }
-            HwAccel::Auto => match open_nvdec(&open_path, c.device_id, max_pixels) {
+            HwAccel::Auto => match open_nvdec(&open_path, c.device_id, &opts) {
                 Ok(d) => d,
                 Err(why) => (open(&open_path)?, Decode::Software(Some(why))),
             },
@@ -152,7 +153,7 @@ pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<Input
         options.push(("pixel_format".into(), c.pixel_format.as_ref().map(|p| cfg.expand(p)).transpose()?.unwrap_or("yuv420p".into())));
         options.push(("framerate".into(), c.rate.as_ref().map_or("25".into(), |r| r.get_ref().to_string())));
     }
-    Ok(InputOptions { format, options, interrupt: None })
+    Ok(InputOptions { format, options, ..Default::default() })
 }
 
 impl FileSource {
@@ -213,7 +214,7 @@ impl Source for FileSource {
         self.decoder = match &self.decode {
             Decode::Software(_) => VideoDecoder::open_with(&self.path, self.threads, &self.opts),
             #[cfg(feature = "cuda")]
-            Decode::Nvdec(_, hw, _) => VideoDecoder::open_cuda(&self.path, hw),
+            Decode::Nvdec(_, hw, _) => VideoDecoder::open_cuda(&self.path, hw, &self.opts),
         }
         .map_err(|e| e.to_string())?;
         // Timestamps go on one frame after the last one.

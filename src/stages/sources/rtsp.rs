@@ -297,23 +297,20 @@ impl RtspSource {
         self.watch.arm(self.connect_timeout);
         // The socket timeout is a backstop behind our own limits, which fire first with a clearer reason.
         let socket_us = (self.connect_timeout.max(self.watchdog) + Duration::from_secs(1)).as_micros();
-        let options = [
-            ("rtsp_transport", self.transport.as_str().to_string()),
-            ("timeout", socket_us.to_string()),
-            // The frame rate comes from the SDP; probing it from 20 frames would delay every (re)connect by over a second.
-            ("fpsprobesize", "0".to_string()),
-        ];
         let watch = self.watch.clone();
+        let mut opts = InputOptions {
+            options: vec![("rtsp_transport".into(), self.transport.as_str().into()), ("timeout".into(), socket_us.to_string())],
+            interrupt: Some(Interrupt(Arc::new(move || watch.interrupted()))),
+            ..Default::default()
+        };
+        let url = std::path::Path::new(&self.url);
         let r = match self.audio {
-            None => VideoDecoder::open_live(&self.url, self.threads, &options, move || watch.interrupted()).map(Conn::Video),
-            Some((rate, ..)) => {
-                let opts = InputOptions {
-                    format: None,
-                    options: options.iter().filter(|(k, _)| *k != "fpsprobesize").map(|(k, v)| (k.to_string(), v.clone())).collect(),
-                    interrupt: Some(Interrupt(Arc::new(move || watch.interrupted()))),
-                };
-                AudioDecoder::open_with(std::path::Path::new(&self.url), rate, &opts).map(Conn::Audio)
+            None => {
+                // The frame rate comes from the SDP; probing it from 20 frames would delay every (re)connect by over a second.
+                opts.options.push(("fpsprobesize".into(), "0".into()));
+                VideoDecoder::open_with(url, self.threads, &opts).map(Conn::Video)
             }
+            Some((rate, ..)) => AudioDecoder::open_with(url, rate, &opts).map(Conn::Audio),
         };
         match r {
             Ok(d) => Ok(d),
@@ -345,9 +342,21 @@ impl RtspSource {
         false
     }
 
-    /// Reconnect after a loss (or a camera down at start); `Ok(None)` when the
-    /// pipeline stopped meanwhile.
-    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(Conn, u32)>, String> {
+    /// Reconnect after a loss (or a camera down at start): on success the new
+    /// connection is in place and a `reconnected` event sent (`verb` says how
+    /// in the log); `Ok(false)` when the pipeline stopped meanwhile.
+    fn reconnect(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str, verb: &str) -> Result<bool, String> {
+        let Some((conn, attempts)) = self.connect_with_backoff(ctx, lost_at, what)? else { return Ok(false) };
+        let gap = lost_at.elapsed();
+        tracing::info!("source `{}`: {verb} to {} after {:.1} s ({attempts} attempt(s))", ctx.name, self.shown, gap.as_secs_f64());
+        self.decoder = Some(conn);
+        ctx.event(EventKind::Reconnected { gap_ms: gap.as_millis() as u64, attempts });
+        Ok(true)
+    }
+
+    /// Connection attempts after the backoff's waits until one succeeds;
+    /// `Ok(None)` when the pipeline stopped meanwhile.
+    fn connect_with_backoff(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(Conn, u32)>, String> {
         let mut attempts = 0u32;
         loop {
             if !Self::pause(ctx, self.backoff.next_delay()) {
@@ -429,21 +438,10 @@ impl Source for RtspSource {
             let reason = format!("not reachable at start: {reason}");
             let lost_at = Instant::now();
             ctx.event(EventKind::Lost { reason });
-            match self.reconnect(ctx, lost_at, "camera not reachable at start, nor after")? {
-                Some((decoder, attempts)) => {
-                    let gap = lost_at.elapsed();
-                    tracing::info!(
-                        "source `{}`: connected to {} after {:.1} s ({attempts} attempt(s))",
-                        ctx.name,
-                        self.shown,
-                        gap.as_secs_f64()
-                    );
-                    self.decoder = Some(decoder);
-                    connected_at = Instant::now();
-                    ctx.event(EventKind::Reconnected { gap_ms: gap.as_millis() as u64, attempts });
-                }
-                None => return Ok(()),
+            if !self.reconnect(ctx, lost_at, "camera not reachable at start, nor after", "connected")? {
+                return Ok(());
             }
+            connected_at = Instant::now();
         }
         // Audio: the sample index of the next window, and when the first connection started.
         let (mut audio_next, first_connect) = (0u64, Instant::now());
@@ -539,22 +537,13 @@ impl Source for RtspSource {
                 break if clean_end { Ok(()) } else { Err(format!("stream lost: {reason} (reconnect is off)")) };
             }
             tracing::warn!("source `{}`: stream lost: {reason}; reconnecting", ctx.name);
-            match self.reconnect(ctx, lost_at, "stream lost and not back after") {
-                Ok(Some((decoder, attempts))) => {
-                    let gap = lost_at.elapsed();
-                    tracing::info!(
-                        "source `{}`: reconnected to {} after {:.1} s ({attempts} attempt(s))",
-                        ctx.name,
-                        self.shown,
-                        gap.as_secs_f64()
-                    );
-                    self.decoder = Some(decoder);
+            match self.reconnect(ctx, lost_at, "stream lost and not back after", "reconnected") {
+                Ok(true) => {
                     clock.new_connection();
                     connected_at = Instant::now();
-                    ctx.event(EventKind::Reconnected { gap_ms: gap.as_millis() as u64, attempts });
                     continue 'streams;
                 }
-                Ok(None) => break Ok(()),
+                Ok(false) => break Ok(()),
                 Err(e) => break Err(e),
             }
         };
