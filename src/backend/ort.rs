@@ -376,13 +376,33 @@ pub enum Src<'a> {
 }
 
 impl Src<'_> {
-    fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         match self {
             Src::Host(d) => d.len(),
             #[cfg(feature = "cuda")]
             Src::Device(_, n) => *n,
         }
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Copy `parts` one after the other into `dst` (host memory): device parts
+/// are downloaded straight into their place.
+pub fn stack_on_host(parts: &[Src<'_>], dst: &mut [f32]) -> Result<(), String> {
+    let mut at = 0;
+    for p in parts {
+        let slot = dst.get_mut(at..at + p.len()).ok_or("the parts do not fit the tensor")?;
+        match p {
+            Src::Host(d) => slot.copy_from_slice(d),
+            #[cfg(feature = "cuda")]
+            Src::Device(buf, _) => buf.gpu().download(buf.ptr, slot).map_err(|e| e.to_string())?,
+        }
+        at += p.len();
+    }
+    Ok(())
 }
 
 /// One input shape's binding: an input tensor allocated by ONNX Runtime in
@@ -530,18 +550,7 @@ impl Bindings {
         let b = &mut self.cache[i];
         // Copy the parts in.
         match &memory {
-            BindMemory::Host => {
-                let (_, dst) = b.input.extract_tensor_mut();
-                let mut at = 0;
-                for p in parts {
-                    match p {
-                        Src::Host(d) => dst[at..at + d.len()].copy_from_slice(d),
-                        #[cfg(feature = "cuda")]
-                        Src::Device(buf, n) => buf.gpu().download(buf.ptr, &mut dst[at..at + n]).map_err(|e| e.to_string())?,
-                    }
-                    at += p.len();
-                }
-            }
+            BindMemory::Host => stack_on_host(parts, b.input.extract_tensor_mut().1)?,
             #[cfg(feature = "cuda")]
             BindMemory::Device(gpu) => {
                 let base = b.input.data_ptr_mut() as u64;

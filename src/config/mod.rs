@@ -20,7 +20,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use kinds::*;
-pub use redact::{MASK, mask_credentials};
+pub use redact::mask_credentials;
 
 /// Where a node sits in the graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -107,19 +107,6 @@ pub struct ModelInput {
     pub device: Option<crate::backend::cuda::DeviceBuf>,
 }
 
-impl ModelInput {
-    /// The tensor's values in host memory: a download when it lives on the device.
-    pub fn host_data(&self) -> Result<std::borrow::Cow<'_, [f32]>, String> {
-        #[cfg(feature = "cuda")]
-        if let Some(d) = &self.device {
-            let mut v = vec![0f32; self.tensor.shape.iter().product()];
-            d.gpu().download(d.ptr, &mut v).map_err(|e| e.to_string())?;
-            return Ok(std::borrow::Cow::Owned(v));
-        }
-        Ok(std::borrow::Cow::Borrowed(&self.tensor.data))
-    }
-}
-
 /// A model's outputs for one frame.
 #[derive(Debug)]
 pub struct ModelOutputs {

@@ -120,9 +120,6 @@ impl InputToken {
     pub fn read_to_end(&self) {
         self.read_to_end.store(true, Ordering::Release);
     }
-    pub fn frames_decoded(&self) -> u64 {
-        self.decoded.load(Ordering::Acquire)
-    }
 }
 
 impl Drop for InputToken {

@@ -128,7 +128,8 @@ impl NodeStats {
     /// Count one frame of `stream`.
     pub fn stream(&self, stream: &std::sync::Arc<str>, event: StreamEvent) {
         let mut v = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        let i = match v.iter().position(|(s, _)| std::sync::Arc::ptr_eq(s, stream) || s == stream) {
+        // Newest streams last: a batch's current files are found first.
+        let i = match v.iter().rposition(|(s, _)| std::sync::Arc::ptr_eq(s, stream) || s == stream) {
             Some(i) => i,
             None => {
                 v.push((stream.clone(), [0; 4]));

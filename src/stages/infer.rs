@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use ort::value::TensorRef;
 
-use crate::backend::ort::{BindMemory, Bindings, IoInfo, ModelSession, OrtRuntime, SessionOptions, Src, open_session};
+use crate::backend::ort::{BindMemory, Bindings, IoInfo, ModelSession, OrtRuntime, SessionOptions, Src, open_session, stack_on_host};
 use crate::config::{Diagnostic, InferConfig, IoBindingMode, PipelineConfig, ProviderName};
 use crate::frame::{Frame, ModelOutputs, Payload, Pool, Tensor};
 use crate::stages::{Stage, StageError};
@@ -166,7 +166,9 @@ impl Infer {
         {
             let t0 = Instant::now();
             let zeros = vec![0f32; shape.iter().product()];
-            stage.run(&shape, &zeros).map_err(|e| cfg.diag(c.model.span(), format!("stage `{}`: warm-up run failed: {e}", stage.name)))?;
+            stage
+                .run_parts(&shape, &[Src::Host(&zeros)])
+                .map_err(|e| cfg.diag(c.model.span(), format!("stage `{}`: warm-up run failed: {e}", stage.name)))?;
             tracing::info!("stage `{}`: warm-up {:.0} ms", stage.name, t0.elapsed().as_secs_f64() * 1e3);
         }
         Ok(stage)
@@ -182,56 +184,35 @@ impl Infer {
         self.m.provider
     }
 
-    /// Bindings made so far (flat in steady state: one per input shape).
-    pub fn bindings_created(&self) -> Option<u64> {
-        self.bound.as_ref().map(Bindings::created)
-    }
-
-    /// Run on the bound input: `parts` stacked along the first dimension.
-    fn run_bound(&mut self, shape: &[usize], parts: &[Src<'_>]) -> Result<Vec<(String, Tensor)>, String> {
-        let b = self.bound.as_mut().expect("called with bindings only");
-        let pools = &self.pools;
-        let mut k = 0;
-        let outs = b.run(&mut self.m.session, shape, parts, |_, n| {
-            let buf = pools[k].get(n);
-            k += 1;
-            buf
-        })?;
-        Ok(outs.into_iter().map(|(name, shape, data)| (name, Tensor { shape, data })).collect())
-    }
-
-    fn run(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
-        if self.bound.is_some() {
-            return self.run_bound(shape, &[Src::Host(data)]);
+    /// Run on `parts` stacked along the first dimension into a tensor of
+    /// `shape`: into the bound input (device parts copied on the device), else
+    /// one host part read in place, or the parts stacked in the stage's reused
+    /// buffer (device parts downloaded into their place).
+    fn run_parts(&mut self, shape: &[usize], parts: &[Src<'_>]) -> Result<Vec<(String, Tensor)>, String> {
+        if let Some(b) = self.bound.as_mut() {
+            let pools = &self.pools;
+            let mut k = 0;
+            let outs = b.run(&mut self.m.session, shape, parts, |_, n| {
+                let buf = pools[k].get(n);
+                k += 1;
+                buf
+            })?;
+            return Ok(outs.into_iter().map(|(name, shape, data)| (name, Tensor { shape, data })).collect());
         }
-        self.run_plain(shape, data)
-    }
-
-    /// A plain run (no binding): for crop batches, whose size changes from
-    /// frame to frame (a binding per size would be made and dropped each frame).
-    fn run_plain(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
-        let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
-        self.run_input(input.into())
-    }
-
-    /// Run on a tensor in device memory: copied on the device into the bound
-    /// input (ordered after the kernels on the shared stream), else
-    /// downloaded once.
-    #[cfg(feature = "cuda")]
-    fn run_device(&mut self, shape: &[usize], d: &crate::backend::cuda::DeviceBuf) -> Result<Vec<(String, Tensor)>, String> {
-        let n = shape.iter().product();
-        if self.bound.is_some() {
-            return self.run_bound(shape, &[Src::Device(d, n)]);
+        if let [Src::Host(data)] = parts {
+            return self.run_plain(shape, data);
         }
-        // One download into the stage's reused buffer (no allocation per frame).
-        let mut host = std::mem::take(&mut self.stacked);
-        host.resize(n, 0.0);
-        let r = d.gpu().download(d.ptr, &mut host).map_err(|e| e.to_string()).and_then(|_| self.run(shape, &host));
-        self.stacked = host;
+        let mut stacked = std::mem::take(&mut self.stacked);
+        stacked.resize(parts.iter().map(Src::len).sum(), 0.0);
+        let r = stack_on_host(parts, &mut stacked).and_then(|_| self.run_plain(shape, &stacked));
+        self.stacked = stacked;
         r
     }
 
-    fn run_input(&mut self, input: ort::session::SessionInputValue<'_>) -> Result<Vec<(String, Tensor)>, String> {
+    /// A plain run (no binding), the input read in place: crop batches,
+    /// whose size changes from frame to frame, always run this way.
+    fn run_plain(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
+        let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
         let outputs = self.m.session.run(ort::inputs![self.input.as_str() => input]).map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(self.output_names.len());
         for (name, pool) in self.output_names.iter().zip(&self.pools) {
@@ -245,26 +226,17 @@ impl Infer {
     }
 }
 
-impl Infer {
-    /// Stack `tensors` in the stage's reused host buffer and run them.
-    fn run_host_stacked(&mut self, shape: &[usize], tensors: &[&crate::frame::ModelInput]) -> Result<Vec<(String, Tensor)>, String> {
-        let mut stacked = std::mem::take(&mut self.stacked);
-        stacked.clear();
-        let mut r = Ok(());
-        for t in tensors {
-            match t.host_data() {
-                Ok(d) => stacked.extend_from_slice(&d),
-                Err(e) => {
-                    r = Err(e);
-                    break;
-                }
-            }
-        }
-        let r = r.and_then(|_| self.run(shape, &stacked));
-        self.stacked = stacked;
-        r
+/// Where a model input's values are: on the device (the GPU preprocess) or
+/// in host memory.
+fn source(mi: &crate::frame::ModelInput) -> Src<'_> {
+    #[cfg(feature = "cuda")]
+    if let Some(d) = &mi.device {
+        return Src::Device(d, mi.tensor.shape.iter().product());
     }
+    Src::Host(&mi.tensor.data)
+}
 
+impl Infer {
     /// Run frames whose inputs have the same shape `[1, ...]` as one batch and
     /// give each frame its slice of the outputs.
     fn run_stacked(&mut self, frames: &mut [Frame], idx: &[usize]) -> Result<(), String> {
@@ -284,25 +256,9 @@ impl Infer {
             inputs.iter().map(|p| if let Payload::Input(mi) = &**p { mi } else { unreachable!() }).collect();
         let mut shape = tensors[0].tensor.shape.clone();
         shape[0] = tensors.len();
-        let r = if self.bound.is_some() {
-            // Each frame's tensor goes straight into its slot of the bound input.
-            let per: usize = shape[1..].iter().product();
-            let parts: Vec<Src<'_>> = tensors
-                .iter()
-                .map(|t| {
-                    #[cfg(feature = "cuda")]
-                    if let Some(d) = &t.device {
-                        return Src::Device(d, per);
-                    }
-                    let _ = per;
-                    Src::Host(&t.tensor.data)
-                })
-                .collect();
-            self.run_bound(&shape, &parts)
-        } else {
-            self.run_host_stacked(&shape, &tensors)
-        };
-        let outputs = r?;
+        // Each frame's tensor goes into its slot of one input.
+        let parts: Vec<Src<'_>> = tensors.iter().map(|t| source(t)).collect();
+        let outputs = self.run_parts(&shape, &parts)?;
         let n = idx.len();
         for (k, &i) in idx.iter().enumerate() {
             let mut mine = Vec::with_capacity(outputs.len());
@@ -399,20 +355,13 @@ impl Stage for Infer {
             Payload::Crops(c) => (&c.tensor, None),
             _ => unreachable!("matched above"),
         };
-        // A frame without regions has nothing to run on.
-        #[cfg(feature = "cuda")]
-        if let Payload::Input(mi) = &*payload
-            && let Some(d) = &mi.device
-        {
-            let outputs = self.run_device(&mi.tensor.shape, d).map_err(StageError::Frame)?;
-            frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
-            return Ok(());
-        }
         let outputs = match &*payload {
-            _ if tensor.shape.first() == Some(&0) => Vec::new(),
-            Payload::Crops(_) => self.run_plain(&tensor.shape, &tensor.data).map_err(StageError::Frame)?,
-            _ => self.run(&tensor.shape, &tensor.data).map_err(StageError::Frame)?,
-        };
+            // A frame without regions has nothing to run on.
+            _ if tensor.shape.first() == Some(&0) => Ok(Vec::new()),
+            Payload::Input(mi) => self.run_parts(&tensor.shape, &[source(mi)]),
+            _ => self.run_plain(&tensor.shape, &tensor.data),
+        }
+        .map_err(StageError::Frame)?;
         frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
         Ok(())
     }

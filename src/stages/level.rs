@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{AudioLevelConfig, VadConfig};
+use crate::config::AudioLevelConfig;
 use crate::frame::{Frame, Level, Payload, Spans};
 use crate::stages::vad::Segmenter;
 use crate::stages::{Stage, StageError};
@@ -37,19 +37,6 @@ impl AudioLevel {
     pub fn new(name: Arc<str>, cfg: AudioLevelConfig) -> Self {
         AudioLevel { name, cfg, streams: HashMap::new() }
     }
-
-    /// Loud/quiet decisions go through the VAD's segmenter as 1/0 "probabilities".
-    fn segmenter(&self, rate: u32) -> Segmenter {
-        let c = VadConfig {
-            model: toml::Spanned::new(0..0, String::new()),
-            threshold: 0.5,
-            neg_threshold: Some(0.5),
-            min_speech_ms: self.cfg.min_duration_ms,
-            min_silence_ms: self.cfg.min_silence_ms,
-            speech_pad_ms: 0,
-        };
-        Segmenter::new(&c, rate)
-    }
 }
 
 impl Stage for AudioLevel {
@@ -66,24 +53,19 @@ impl Stage for AudioLevel {
         let chunk = frame.audio.clone().ok_or_else(|| StageError::Frame("frame has no audio".into()))?;
         let (rms_db, peak_db) = levels(&chunk.samples[..chunk.valid]);
         let loud = rms_db >= *self.cfg.threshold_db.get_ref();
-        if !self.streams.contains_key(&frame.stream) {
-            let s = self.segmenter(chunk.sample_rate);
-            self.streams.insert(frame.stream.clone(), s);
-        }
-        let seg = self.streams.get_mut(&frame.stream).expect("inserted above");
+        // Loud/quiet decisions go through the VAD's segmenter as 1/0 "probabilities".
+        let (min_ms, silence_ms, rate) = (self.cfg.min_duration_ms, self.cfg.min_silence_ms, chunk.sample_rate);
+        let seg = self.streams.entry(frame.stream.clone()).or_insert_with(|| Segmenter::with_ms(0.5, 0.5, min_ms, silence_ms, 0, rate));
         let (start, end) = (chunk.start, chunk.start + chunk.valid as u64);
         let (started, mut ended) = seg.push(if loud { 1.0 } else { 0.0 }, start, end);
         let segments = if chunk.last {
             ended.extend(seg.finish(end));
             tracing::info!("stage `{}`: stream `{}`: {} loud segment(s)", self.name, frame.stream, seg.segments.len());
-            Some(seg.segments.clone())
+            // The stream is over (a batch may have thousands): its state goes.
+            self.streams.remove(&frame.stream).map(|seg| seg.segments)
         } else {
             None
         };
-        if chunk.last {
-            // The stream is over (a batch may have thousands): its state goes.
-            self.streams.remove(&frame.stream);
-        }
         frame.attach(&self.name, Payload::Level(Level { rms_db, peak_db, loud, spans: Spans { started, ended, segments } }));
         Ok(())
     }

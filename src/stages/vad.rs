@@ -33,13 +33,19 @@ pub struct Segmenter {
 
 impl Segmenter {
     pub fn new(c: &VadConfig, rate: u32) -> Self {
+        let neg = c.neg_threshold.unwrap_or((c.threshold - 0.15).max(0.01));
+        Self::with_ms(c.threshold, neg, c.min_speech_ms, c.min_silence_ms, c.speech_pad_ms, rate)
+    }
+
+    /// Thresholds on the probability, durations in ms, at `rate` samples per second.
+    pub fn with_ms(threshold: f32, neg_threshold: f32, min_speech_ms: u32, min_silence_ms: u32, pad_ms: u32, rate: u32) -> Self {
         let ms = |v: u32| v as u64 * rate as u64 / 1000;
         Segmenter {
-            threshold: c.threshold,
-            neg_threshold: c.neg_threshold.unwrap_or((c.threshold - 0.15).max(0.01)),
-            min_speech: ms(c.min_speech_ms),
-            min_silence: ms(c.min_silence_ms),
-            pad: ms(c.speech_pad_ms),
+            threshold,
+            neg_threshold,
+            min_speech: ms(min_speech_ms),
+            min_silence: ms(min_silence_ms),
+            pad: ms(pad_ms),
             rate: rate as f64,
             open: None,
             quiet_since: None,
@@ -188,14 +194,11 @@ impl Stage for Vad {
                 st.busy.as_secs_f64() / st.audio_seconds.max(1e-9),
                 st.busy.as_secs_f64()
             );
-            Some(st.segmenter.segments.clone())
+            // The stream is over (a batch may have thousands): its state goes.
+            self.streams.remove(&frame.stream).map(|st| st.segmenter.segments)
         } else {
             None
         };
-        if chunk.last {
-            // The stream is over (a batch may have thousands): its state goes.
-            self.streams.remove(&frame.stream);
-        }
         frame.attach(&self.name, Payload::Speech(Speech { probability: p, spans: Spans { started, ended, segments } }));
         Ok(())
     }

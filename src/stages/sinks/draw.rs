@@ -174,14 +174,6 @@ pub fn draw<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, marks: &[Mark], thi
     }
 }
 
-/// Draw a frame's results on its RGB picture.
-pub fn annotate<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, frame: &Frame, thickness: u32) {
-    let m = marks(frame);
-    if !m.is_empty() {
-        draw(img, &m, thickness, font());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,7 +57,7 @@ impl Sink for Images {
         if !frame.seq.is_multiple_of(self.cfg.every) {
             return Ok(());
         }
-        let marks = draw::marks(frame);
+        let marks = if self.cfg.annotate || self.cfg.only_with_results { draw::marks(frame) } else { Vec::new() };
         if self.cfg.only_with_results && marks.is_empty() {
             return Ok(());
         }

@@ -47,8 +47,7 @@ impl Out {
 pub struct Subtitles {
     /// The path, with `{stream}` in its file name for one file per stream.
     template: PathBuf,
-    per_stream: bool,
-    /// The one file, or the open file of each stream (by stream).
+    /// The one file; `None` with one file per stream (then in `open`).
     single: Option<Out>,
     open: HashMap<Arc<str>, Out>,
     format: SubtitleFormat,
@@ -78,7 +77,6 @@ impl Subtitles {
         };
         Ok(Subtitles {
             template: path,
-            per_stream,
             single,
             open: HashMap::new(),
             format,
@@ -102,8 +100,8 @@ impl Subtitles {
 
     /// The file `stream`'s cues go to (opened on its first cue).
     fn out(&mut self, stream: &Arc<str>) -> std::io::Result<&mut Out> {
-        if !self.per_stream {
-            return Ok(self.single.as_mut().expect("one file when not per stream"));
+        if let Some(out) = self.single.as_mut() {
+            return Ok(out);
         }
         if !self.open.contains_key(stream) {
             let out = Out::create(super::ndjson::stream_path(&self.template, stream), self.format)?;
@@ -141,7 +139,11 @@ impl Sink for Subtitles {
     fn describe(&self) -> String {
         let shown = self.template.display();
         let kind = format!("{:?}", self.format).to_uppercase();
-        if self.per_stream { format!("{kind} subtitles to {shown}, one file per stream") } else { format!("{kind} subtitles to {shown}") }
+        if self.single.is_none() {
+            format!("{kind} subtitles to {shown}, one file per stream")
+        } else {
+            format!("{kind} subtitles to {shown}")
+        }
     }
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
@@ -181,7 +183,7 @@ impl Sink for Subtitles {
     fn end_stream(&mut self, stream: &str) -> Result<(), String> {
         self.close_open_cues(Some(stream))?;
         self.last.remove(stream);
-        if self.per_stream {
+        if self.single.is_none() {
             // A stream with no cue still gets its (empty) file: it was processed.
             let key: Arc<str> = Arc::from(stream);
             self.out(&key).map_err(|e| format!("writing subtitles of `{stream}`: {e}"))?;
@@ -214,7 +216,7 @@ mod tests {
             let toml = format!("[sources.a]\nkind = \"testsrc\"\n[sinks.s]\nkind = \"subtitles\"\ninputs = [\"a\"]\npath = \"{path}\"\n");
             let cfg = crate::config::parse(std::path::Path::new("p.toml"), toml).unwrap();
             let crate::config::NodeKind::Subtitles(c) = &cfg.nodes[1].kind else { panic!("a subtitles sink") };
-            Subtitles::build(&cfg, c).map(|s| s.per_stream)
+            Subtitles::build(&cfg, c).map(|s| s.single.is_none())
         };
         let e = build(format!("{}/{{stream}}/cues.srt", dir.path().display())).expect_err("a folder named by the stream");
         assert_eq!(e.headline(), "p.toml:6:8: `{stream}` may only appear in the file name");

@@ -155,11 +155,11 @@ impl Sink for VideoSink {
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
         let Some(img) = frame.image.clone() else { return Ok(()) };
-        // Device (NVDEC) frames are downloaded once: H100/H200 have no NVENC to encode them in place.
-        let img = crate::stages::on_host(&img, &self.pool).map_err(StageError::Frame)?;
         if self.only.as_deref().is_some_and(|s| s != &*frame.stream) {
             return Ok(());
         }
+        // Device (NVDEC) frames are downloaded once: H100/H200 have no NVENC to encode them in place.
+        let img = crate::stages::on_host(&img, &self.pool).map_err(StageError::Frame)?;
         let marks = if self.annotate { draw::marks(frame) } else { Vec::new() };
         let pool = self.pool.clone();
         let out = self.output(frame, &img)?;
