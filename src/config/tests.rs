@@ -170,6 +170,21 @@ fn urls_from_env_vars_are_not_checked_as_files() {
     assert_eq!(check("${INFER_STREAM_TEST_UNSET:-no-such-clip.wav}"), Some(vec!["media file not found: ./no-such-clip.wav".to_string()]));
 }
 
+/// A `dir` source feeds one stream per file: a video sink needs `{stream}`
+/// in its path, else every file would overwrite the last.
+#[test]
+fn batch_into_one_video_file_is_an_error() {
+    let src = "[sources.rec]\nkind = \"dir\"\npath = \"in\"\n[sinks.v]\nkind = \"video\"\ninputs = [\"rec\"]\npath = \"out/all.mp4\"\n";
+    assert_eq!(
+        errors(src),
+        vec![(
+            "p.toml:7:8: video sink `v` is fed by the `dir` source `rec`, one stream per file; a video file holds one".to_string(),
+            Some("put `{stream}` in `path` for one file per input, e.g. path = \"out/{stream}.mp4\"".to_string())
+        )]
+    );
+    assert_eq!(errors(&src.replace("out/all.mp4", "out/{stream}.mp4")), vec![]);
+}
+
 #[test]
 fn unknown_input_with_suggestion() {
     let src = format!("{SOURCE}[sinks.out]\nkind = \"null\"\ninputs = [\"cma\"]\n");

@@ -577,7 +577,10 @@ pub fn upstream_sources(cfg: &PipelineConfig, producers: &[Vec<usize>], i: usize
 fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
     for (i, node) in cfg.nodes.iter().enumerate() {
         let NodeKind::Video(v) = &node.kind else { continue };
-        let names: Vec<&str> = upstream_sources(cfg, producers, i).into_iter().map(|j| cfg.nodes[j].name.as_str()).collect();
+        let sources = upstream_sources(cfg, producers, i);
+        let names: Vec<&str> = sources.iter().map(|&j| cfg.nodes[j].name.as_str()).collect();
+        // A `dir` source makes one stream per file.
+        let batch = sources.iter().find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Dir(_))).map(|&j| cfg.nodes[j].name.as_str());
         let listed = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         let path = match cfg.expand(&v.path) {
             Ok(p) => p,
@@ -599,6 +602,13 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
                     format!("video sink `{}`: stream `{}` does not feed this sink; its streams are {listed}", node.name, s.get_ref()),
                 )
                 .with_help("name one of the sources upstream of this sink"),
+            ),
+            None if !templated && let Some(dir) = batch => diags.push(
+                cfg.diag(
+                    v.path.span(),
+                    format!("video sink `{}` is fed by the `dir` source `{dir}`, one stream per file; a video file holds one", node.name),
+                )
+                .with_help("put `{stream}` in `path` for one file per input, e.g. path = \"out/{stream}.mp4\""),
             ),
             None if names.len() > 1 && !templated => diags.push(
                 cfg.diag(
