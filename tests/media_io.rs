@@ -467,3 +467,32 @@ fn batch_of_audio_recordings_gets_the_vad_per_file() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("`sample_rate`, `window` and `hop` are for audio") && err.contains("video.toml:14:10"), "{err}");
 }
+
+/// Regression: `a.b.mp4` and `a_b.mp4` pass the `dir` source's check that no
+/// two files make the same output name, yet the video and images sinks once
+/// named both `a_b_mp4`, one file overwriting the other. Each now has its own
+/// video and its own snapshots, named as the NDJSON outputs are.
+#[test]
+fn batch_files_the_dir_source_accepts_never_share_a_video_or_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    clip(&input.join("a.b.mp4"), 5);
+    clip(&input.join("a_b.mp4"), 8);
+    let toml = dir.path().join("p.toml");
+    std::fs::write(
+        &toml,
+        "[sources.batch]\nkind = \"dir\"\npath = \"in\"\n\
+         [sinks.clips]\nkind = \"video\"\ninputs = [\"batch\"]\npath = \"clips/{stream}.mkv\"\n\
+         [sinks.snaps]\nkind = \"images\"\ninputs = [\"batch\"]\nfolder = \"snaps\"\nformat = \"png\"\nevery = 100\n",
+    )
+    .unwrap();
+    let o = bin().arg("run").arg(&toml).args(["--progress", "never"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(ffprobe_frames(&dir.path().join("clips/a.b.mp4.mkv")), 5);
+    assert_eq!(ffprobe_frames(&dir.path().join("clips/a_b.mp4.mkv")), 8);
+    let mut snaps: Vec<String> =
+        std::fs::read_dir(dir.path().join("snaps")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    snaps.sort();
+    assert_eq!(snaps, ["a.b.mp4-000000.png", "a_b.mp4-000000.png"]);
+}

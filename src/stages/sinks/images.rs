@@ -12,10 +12,12 @@ use crate::config::{Diagnostic, ImageFormat, ImagesSinkConfig, Interpolation, Pi
 use crate::frame::Frame;
 use crate::stages::{Sink, StageError};
 
-/// A file-name-safe version of a stream name (it can never leave the output folder).
-pub fn safe_name(s: &str) -> String {
-    let n: String = s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
-    if n.is_empty() { "_".into() } else { n }
+/// The snapshot file name for frame `seq` of `stream`: `STREAM-SEQ.ext`, with
+/// the stream named as every other per-stream output names it
+/// ([`super::stream_file_name`]), so it can never leave the folder and two
+/// streams the `dir` source lets through never share a file.
+fn file_name(stream: &str, seq: u64, ext: &str) -> String {
+    format!("{}-{seq:06}.{ext}", super::stream_file_name(stream))
 }
 
 pub struct Images {
@@ -78,7 +80,7 @@ impl Sink for Images {
             ImageFormat::Jpeg => "jpg",
             ImageFormat::Png => "png",
         };
-        let path = self.folder.join(format!("{}-{:06}.{ext}", safe_name(&frame.stream), frame.seq));
+        let path = self.folder.join(file_name(&frame.stream, frame.seq, ext));
         picture.save(&path).map_err(|e| StageError::Frame(format!("writing {}: {e}", path.display())))?;
         self.written += 1;
         Ok(())
@@ -96,8 +98,17 @@ mod tests {
 
     #[test]
     fn names_cannot_escape_the_folder() {
-        assert_eq!(safe_name("cam-1"), "cam-1");
-        assert_eq!(safe_name("../../etc/passwd"), "______etc_passwd");
-        assert_eq!(safe_name(""), "_");
+        assert_eq!(file_name("cam-1", 7, "png"), "cam-1-000007.png");
+        assert_eq!(file_name("../../etc/passwd", 0, "jpg"), "_._.._etc_passwd-000000.jpg");
+        assert_eq!(file_name("..", 0, "jpg"), "_.-000000.jpg");
+        assert_eq!(file_name("", 0, "jpg"), "_-000000.jpg");
+    }
+
+    /// Regression: `a.mp4` and `a_mp4` (two files the `dir` source accepts as
+    /// distinct) once both became `a_mp4-…`, one overwriting the other.
+    #[test]
+    fn streams_with_distinct_output_names_get_distinct_snapshots() {
+        assert_ne!(file_name("a.mp4", 0, "png"), file_name("a_mp4", 0, "png"));
+        assert_eq!(file_name("a.mp4", 0, "png"), "a.mp4-000000.png");
     }
 }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use ffmpeg_next::format::Pixel;
 
 use super::draw::{self, Canvas};
-use super::images::safe_name;
 use crate::backend::ffmpeg::{ChosenEncoder, EncoderSettings, Scaler, VideoEncoder, choose_encoder, sws_flags};
 use crate::config::{Diagnostic, Interpolation, PipelineConfig, VideoContainer, VideoSinkConfig};
 use crate::frame::{ColorInfo, Frame, Image, Matrix, Pool, Storage};
@@ -43,9 +42,11 @@ pub struct VideoSink {
     pool: Pool<u8>,
 }
 
-/// The file for `stream`: `{stream}` replaced by its file-name-safe name.
+/// The file for `stream`: `{stream}` replaced by its file-name-safe name, the
+/// same name every other per-stream output (and the `dir` source's check that
+/// no two files collide) uses.
 fn target_for(template: &str, stream: &str) -> String {
-    template.replace("{stream}", &safe_name(stream))
+    template.replace("{stream}", &super::stream_file_name(stream))
 }
 
 impl VideoSink {
@@ -208,7 +209,16 @@ mod tests {
     #[test]
     fn stream_names_fill_the_template_safely() {
         assert_eq!(target_for("out/{stream}.mp4", "cam-1"), "out/cam-1.mp4");
-        assert_eq!(target_for("out/{stream}.mp4", "../x"), "out/___x.mp4");
+        assert_eq!(target_for("out/{stream}.mp4", "../x"), "out/_._x.mp4");
+        assert_eq!(target_for("out/{stream}.mp4", ".."), "out/_..mp4");
         assert_eq!(target_for("out/all.mp4", "cam"), "out/all.mp4");
+    }
+
+    /// Regression: `a.mp4` and `a_mp4` pass the `dir` source's collision
+    /// check, so they must not share a video file either.
+    #[test]
+    fn streams_the_dir_source_accepts_get_distinct_files() {
+        assert_ne!(target_for("out/{stream}.mkv", "a.mp4"), target_for("out/{stream}.mkv", "a_mp4"));
+        assert_eq!(target_for("out/{stream}.mkv", "a.mp4"), "out/a.mp4.mkv");
     }
 }
