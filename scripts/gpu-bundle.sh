@@ -7,9 +7,59 @@
 #     lib/                      a small FFmpeg 5.1 (scripts/build-gpu-ffmpeg.sh) + ONNX Runtime
 #     samples/, models/ppocr/   the clips and the text detection model the checks use
 # Then on the GPU host, from the repository root: scripts/gpu-check.sh
+#
+#   scripts/gpu-bundle.sh [--cuda-ep [SM]]
+#
+# --cuda-ep also packs ONNX Runtime's GPU build (PyPI onnxruntime-gpu, CUDA 13)
+# so gpu-check.sh can run inference on the CUDA provider with device-memory
+# bindings (a host with CUDA 13 cuBLAS/cuDNN/cuRAND, e.g. PyTorch's pip wheels):
+#   .gpu-bundle/ort-cuda/part-NN, SHA256   parts of at most 40 MiB, to carry in
+#                                          separate calls (one call carries 64 MiB)
+# The CUDA provider holds code for sm_75 … sm_120 (284 MB); only the GPU's own
+# architecture SM (default 90: H100/H200) is kept (scripts/prune-fatbin.py),
+# so these parts run on that architecture only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+
+CUDA_EP=0 SM=90
+if [[ ${1:-} == --cuda-ep ]]; then
+  CUDA_EP=1
+  [[ -n ${2:-} ]] && SM=$2
+elif [[ -n ${1:-} ]]; then
+  die "usage: scripts/gpu-bundle.sh [--cuda-ep [SM]]"
+fi
+
+# ONNX Runtime's GPU build, the CUDA provider pruned to sm_$SM, in parts.
+pack_ort_cuda() {
+  local whl=.deps/wheels/onnxruntime_gpu-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl
+  local want=e26c475fe361b2015f45b4b824bd13f0bb20204e59b62814e6f0acd5f3d491a6
+  if [[ ! -f $whl ]]; then
+    log "downloading onnxruntime-gpu==1.31.1 (256 MB)"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: --python-version 3.11 --implementation cp \
+      --platform manylinux_2_28_x86_64 -d .deps/wheels onnxruntime-gpu==1.31.1
+  fi
+  [[ $(sha256 "$whl") == "$want" ]] || die "sha256 mismatch for $whl (delete it to download again)"
+  local stage=.gpu-bundle/ort-stage out=.gpu-bundle/ort-cuda
+  rm -rf "$stage" "$out" && mkdir -p "$stage/lib" "$out"
+  python3 - "$whl" "$stage/lib" <<'PY'
+import os, shutil, sys, zipfile
+whl, dest = sys.argv[1:]
+with zipfile.ZipFile(whl) as z:
+    for m in ["libonnxruntime.so.1.31.1", "libonnxruntime_providers_shared.so",
+              "libonnxruntime_providers_cuda.so", "libonnxruntime_providers_tensorrt.so"]:
+        with z.open("onnxruntime/capi/" + m) as src, open(os.path.join(dest, m), "wb") as out:
+            shutil.copyfileobj(src, out)
+PY
+  python3 scripts/prune-fatbin.py "$stage/lib/libonnxruntime_providers_cuda.so" "$stage/lib/libonnxruntime_providers_cuda.so" "$SM"
+  echo "sm_$SM" >"$stage/ARCH"
+  log "compressing ONNX Runtime GPU build (a minute)"
+  tar -C "$stage" -cf - . | xz -T0 -6 >"$out/ort-cuda.tar.xz"
+  rm -rf "$stage"
+  (cd "$out" && sha256sum ort-cuda.tar.xz >SHA256 && split -b 40M -d -a 2 ort-cuda.tar.xz part- && rm ort-cuda.tar.xz)
+  log "ONNX Runtime CUDA provider (sm_$SM): $(du -ch "$out"/part-* | tail -1 | cut -f1) in $(ls "$out"/part-* | wc -l) part(s) in $out/"
+}
 
 scripts/build-gpu-ffmpeg.sh
 [[ -f models/ppocr/ch_PP-OCRv4_det_infer.onnx && -f samples/eval-720p.mp4 ]] || scripts/setup.sh
@@ -36,3 +86,4 @@ git rev-parse HEAD >"$STAGE/COMMIT"
 tar -C "$STAGE" -cf - . | xz -T0 -6 >.gpu-bundle/bundle.tar.xz
 rm -rf "$STAGE"
 log "bundle: $(du -h .gpu-bundle/bundle.tar.xz | cut -f1) in .gpu-bundle/bundle.tar.xz"
+if [[ $CUDA_EP == 1 ]]; then pack_ort_cuda; fi

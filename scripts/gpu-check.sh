@@ -16,11 +16,36 @@
 #      software + CPU preprocess, and NVDEC + kernel with io_binding = "on"
 #      (device tensors into the bound input); results compared frame by frame
 #   6. bench: preprocess and end-to-end throughput, CPU path vs GPU path
+#   7. with ONNX Runtime's GPU build (scripts/gpu-bundle.sh --cuda-ep): the
+#      CUDA provider, its device-memory bindings (unit test and pipeline),
+#      results against the CPU provider, the loud TensorRT fallback, fps
+#
+#   scripts/gpu-check.sh --only cuda-ep [BUNDLE]     step 7 alone
+#   scripts/gpu-check.sh --only stash                keep the GPU build's parts, nothing else
+#
+# The GPU build comes in parts (.gpu-bundle/ort-cuda/part-NN, 40 MiB each) and
+# with the bundle is more than one device call carries (64 MiB): each run
+# keeps the parts it finds in $GPU_STASH (default /tmp/infer-stream-stash,
+# which outlives a call on a machine kept warm), and step 7 runs once all of
+# them are there. So: one call carries .gpu-bundle/ort-cuda and runs
+# `--only stash`; the next, at once, carries the bundle and runs the checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ONLY=all
+if [[ ${1:-} == --only ]]; then ONLY=${2:-}; shift 2; fi
+[[ $ONLY == all || $ONLY == cuda-ep || $ONLY == stash ]] || { echo "usage: scripts/gpu-check.sh [--only cuda-ep|stash] [BUNDLE]"; exit 2; }
 BUNDLE=${1:-.gpu-bundle/bundle.tar.xz}
 WORK=${GPU_CHECK_DIR:-/tmp/infer-stream-gpu-check}
+STASH=${GPU_STASH:-/tmp/infer-stream-stash}
 FAILS=0
+# Keep the parts of ONNX Runtime's GPU build this call carried.
+if compgen -G ".gpu-bundle/ort-cuda/part-*" >/dev/null; then
+  mkdir -p "$STASH" && cp .gpu-bundle/ort-cuda/SHA256 .gpu-bundle/ort-cuda/part-* "$STASH/" || exit 1
+fi
+if [[ $ONLY == stash ]]; then
+  ls -l "$STASH" 2>/dev/null || echo "no parts of ONNX Runtime's GPU build here (.gpu-bundle/ort-cuda/part-*)"
+  exit 0
+fi
 step() { printf '\n===== %s =====\n' "$*"; }
 check() { # check NAME LINES CMD...: run, print the last LINES lines of its output, PASS/FAIL by exit code
   local name=$1 lines=$2; shift 2
@@ -54,6 +79,7 @@ export INFER_STREAM_NVRTC
 echo "NVRTC: ${INFER_STREAM_NVRTC:-not found}"
 export LD_LIBRARY_PATH="$LD_LIBRARY_PATH${INFER_STREAM_NVRTC:+:$(dirname "$INFER_STREAM_NVRTC")}"
 
+if [[ $ONLY == all ]]; then
 step "doctor"
 check "doctor" 40 timeout 60 "$BIN" doctor
 
@@ -123,6 +149,123 @@ for v in gpu-cpu gpu; do
   echo "--- $v"
   timeout 300 "$BIN" bench "$P/$v.toml" --null-sinks 2>&1 | grep -E 'fps|bottleneck|pre |det |cam ' | head -12
 done
+
+fi # ONLY == all
+
+# Step 7's pieces: the GPU build of ONNX Runtime, once all its parts are here,
+# and the CUDA 13 libraries it needs (cuBLAS, cuRAND, runtime; cuDNN, cuFFT
+# when a model asks), found in the host's Python packages or CUDA toolkit.
+unpack_ort_cuda() {
+  [[ -f $STASH/SHA256 ]] || { echo "no GPU build of ONNX Runtime carried: step 7 skipped (scripts/gpu-bundle.sh --cuda-ep makes one)"; return 1; }
+  local want got
+  want=$(cut -d' ' -f1 "$STASH/SHA256")
+  got=$(cat "$STASH"/part-* | sha256sum | cut -d' ' -f1)
+  if [[ $got != "$want" ]]; then
+    echo "parts of the GPU build here: $(cd "$STASH" && echo part-*); not all of them yet (sha256 differs)."
+    echo "carry the others in another call while this machine is warm: step 7 skipped"
+    return 1
+  fi
+  rm -rf "$WORK/ort-cuda" && mkdir -p "$WORK/ort-cuda" && cat "$STASH"/part-* | xz -d | tar -C "$WORK/ort-cuda" -xf - || return 1
+  echo "ONNX Runtime GPU build unpacked (code for $(cat "$WORK/ort-cuda/ARCH") only)"
+}
+cuda_lib_dirs() {
+  python3 - <<'PY'
+import glob, os, sys
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except Exception:
+    pass
+roots += sorted(glob.glob("/usr/local/cuda*/lib64")) + sorted(glob.glob("/usr/local/cuda*/targets/x86_64-linux/lib"))
+dirs = []
+for name in ["libcublasLt.so.13", "libcublas.so.13", "libcurand.so.10", "libcudart.so.13", "libcudnn.so.9", "libcufft.so.12"]:
+    hit = next((os.path.dirname(g[0]) for r in roots for g in [glob.glob(os.path.join(r, "**", name), recursive=True)] if g), None)
+    print(f"  {name}: {hit or 'not found'}", file=sys.stderr)
+    if hit and hit not in dirs:
+        dirs.append(hit)
+print(":".join(dirs))
+PY
+}
+# expect PATTERN CMD...: run CMD; pass only if it exits 0 and prints PATTERN (a skipped GPU test does not pass).
+expect() {
+  local pat=$1; shift
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  [[ $rc == 0 ]] || return $rc
+  grep -qE "$pat" <<<"$out" || { echo "expected output matching: $pat"; return 1; }
+}
+
+step "ONNX Runtime CUDA provider: device-memory bindings, results vs CPU provider"
+if unpack_ort_cuda; then
+  echo "CUDA 13 libraries:"
+  CUDA_LD=$(cuda_lib_dirs)
+  GPU_ORT="$WORK/ort-cuda/lib/libonnxruntime.so.1.31.1"
+  ortcuda() { env LD_LIBRARY_PATH="$WORK/ort-cuda/lib:$CUDA_LD:$LD_LIBRARY_PATH" ORT_DYLIB_PATH="$GPU_ORT" "$@"; }
+  P="$WORK/repo/pipelines"
+  check "doctor (ONNX Runtime GPU build)" 8 expect 'execution providers: .*cuda' ortcuda timeout 60 "$BIN" doctor
+  cd "$WORK"
+  check "unit test: device bindings on the CUDA provider vs plain runs and the CPU provider" 12 \
+    expect 'device bindings: worst' ortcuda env INFER_STREAM_TEST_MODELS="$WORK/models" \
+    timeout 300 "$WORK/bin/infer-stream-tests" gpu_device_bindings --nocapture --test-threads 1
+  cd - >/dev/null
+  # One input (NVDEC + kernel), four ways: CPU provider (reference), CUDA with
+  # device bindings (the default), CUDA without bindings, TensorRT first.
+  sed -e 's/^providers = .*/providers = ["cpu"]/' "$P/gpu.toml" >"$P/ep-cpu.toml"
+  sed -e 's/^providers = .*/providers = ["cuda"]/' "$P/gpu.toml" >"$P/ep-cuda.toml"
+  sed -e 's/^providers = .*/providers = ["cuda"]\nio_binding = "off"/' "$P/gpu.toml" >"$P/ep-cuda-unbound.toml"
+  sed -e 's/^providers = .*/providers = ["tensorrt", "cuda"]/' "$P/gpu.toml" >"$P/ep-trt.toml"
+  check "run ep-cpu" 6 env OUT="$OUT/ep-cpu.ndjson" timeout 300 "$BIN" run "$P/ep-cpu.toml" --progress never
+  check "run ep-cuda (IoBinding in device memory)" 14 expect 'IoBinding in device memory' \
+    ortcuda env OUT="$OUT/ep-cuda.ndjson" timeout 300 "$BIN" run "$P/ep-cuda.toml" --progress never
+  check "run ep-cuda-unbound" 6 ortcuda env OUT="$OUT/ep-cuda-unbound.ndjson" timeout 300 "$BIN" run "$P/ep-cuda-unbound.toml" --progress never
+  # No TensorRT libraries here: the fallback to CUDA must be said, not silent.
+  check "run ep-trt (TensorRT missing: loud fallback to cuda)" 8 expect 'fallback from tensorrt|falling back to `cuda`' \
+    ortcuda env OUT="$OUT/ep-trt.ndjson" timeout 300 "$BIN" run "$P/ep-trt.toml" --progress never
+  check "results: CUDA provider (bound, unbound, after fallback) vs CPU provider (IoU >= 0.8, 90% >= 0.9)" 10 python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+def boxes(rec):
+    found = []
+    def walk(x):
+        if isinstance(x, dict):
+            if "bbox" in x: found.append(x["bbox"])
+            for v in x.values(): walk(v)
+        elif isinstance(x, list):
+            for v in x: walk(v)
+    walk(rec); return found
+def frames(n):
+    return {json.loads(l).get("seq", i): boxes(json.loads(l)) for i, l in enumerate(open(f"{out}/{n}.ndjson"))}
+def iou(a, b):
+    ix = max(0, min(a[2], b[2]) - max(a[0], b[0])); iy = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    u = (a[2]-a[0])*(a[3]-a[1]) + (b[2]-b[0])*(b[3]-b[1]) - ix*iy
+    return ix*iy/u if u > 0 else 0
+ref = frames("ep-cpu"); ok = len(ref) > 0
+print(f"CPU provider: {len(ref)} frames, {sum(map(len, ref.values()))} boxes")
+for n in ["ep-cuda", "ep-cuda-unbound", "ep-trt"]:
+    got = frames(n)
+    exact = sum(1 for k in ref if ref[k] == got.get(k))
+    matched = total = 0; worst = 1.0
+    for k, bs in ref.items():
+        for b in bs:
+            total += 1; best = max((iou(b, c) for c in got.get(k, [])), default=0); worst = min(worst, best)
+            matched += best >= 0.9
+    extra = sum(max(0, len(got.get(k, [])) - len(bs)) for k, bs in ref.items())
+    good = len(got) == len(ref) and total > 0 and matched >= 0.9 * total and worst >= 0.8 and extra <= 0.05 * total
+    ok &= good
+    print(f"{n}: {len(got)} frames, equal to CPU on {exact}; boxes matched at IoU>=0.9 {matched}/{total} (worst {worst:.3f}), extra boxes {extra}: {'ok' if good else 'FAILED'}")
+b, u = frames("ep-cuda"), frames("ep-cuda-unbound")
+print(f"CUDA bound vs unbound: equal on {sum(1 for k in b if b[k] == u.get(k))}/{len(b)} frames")
+sys.exit(0 if ok else 1)
+PY
+  for v in ep-cpu ep-cuda; do
+    echo "--- bench $v"
+    ortcuda timeout 300 "$BIN" bench "$P/$v.toml" --null-sinks 2>&1 | grep -E 'fps|bottleneck|pre |det |cam ' | head -12
+  done
+elif [[ $ONLY == cuda-ep ]]; then
+  echo "[FAIL] step 7 asked for but could not run"; FAILS=$((FAILS + 1))
+fi
 
 step "summary"
 if [[ $FAILS == 0 ]]; then echo "GPU CHECK: ALL PASSED"; else echo "GPU CHECK: $FAILS FAILED"; fi

@@ -721,6 +721,72 @@ mod tests {
         assert_eq!(b.created(), 1);
     }
 
+    /// The CUDA provider with inputs and outputs bound in device memory, on the
+    /// real PP-OCR detector: host and device sources give the same maps as
+    /// the provider's plain runs, which agree with the CPU provider; one
+    /// binding per shape. Runs where a GPU and an ONNX Runtime with the CUDA
+    /// provider are present (scripts/gpu-check.sh sets both up); skipped with
+    /// the reason elsewhere.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn gpu_device_bindings_on_the_cuda_provider_match_the_cpu() {
+        use crate::backend::cuda;
+        if !cuda::probe().driver {
+            eprintln!("skipped: no CUDA driver here");
+            return;
+        }
+        let rt = runtime(None).unwrap();
+        if !rt.available_providers().contains(&ProviderName::Cuda) {
+            eprintln!("skipped: {} has no CUDA provider (the CPU build of ONNX Runtime)", rt.library.display());
+            return;
+        }
+        let gpu = cuda::Gpu::shared(0).unwrap();
+        // A test binary carried to a GPU host finds the models through INFER_STREAM_TEST_MODELS.
+        let models = std::env::var_os("INFER_STREAM_TEST_MODELS")
+            .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models"), PathBuf::from);
+        let model = models.join("ppocr/ch_PP-OCRv4_det_infer.onnx");
+        let cuda_opts = SessionOptions {
+            providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cuda) }],
+            ..SessionOptions::cpu_single()
+        };
+        let mut g = open_session(rt, &model, &cuda_opts).unwrap();
+        let mut c = open_session(rt, &model, &SessionOptions::cpu_single()).unwrap();
+        assert_eq!(g.provider, ProviderName::Cuda);
+        let (input, outputs) = (g.inputs[0].name.clone(), g.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>());
+        let mut b = Bindings::new(&g.session, g.provider, BindMemory::Device(gpu.clone()), &input, outputs, 2).unwrap();
+        let plain = |m: &mut ModelSession, shape: &[usize], data: &[f32]| -> Vec<f32> {
+            let t = ort::value::TensorRef::from_array_view((shape.to_vec(), data)).unwrap();
+            let o = m.session.run(ort::inputs![input.as_str() => t]).unwrap();
+            o[0].try_extract_tensor::<f32>().unwrap().1.to_vec()
+        };
+        let max_diff = |a: &[f32], b: &[f32]| {
+            assert_eq!(a.len(), b.len());
+            a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max)
+        };
+        let shape = [1usize, 3, 384, 640];
+        let n: usize = shape.iter().product();
+        let mut worst = (0f32, 0f32);
+        for seed in 0..4u32 {
+            let x: Vec<f32> =
+                (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 255) as f32 / 127.5 - 1.0).collect();
+            let dev = gpu.alloc(n * 4).unwrap();
+            gpu.upload(&x, dev.ptr).unwrap();
+            let from_host = b.run(&mut g.session, &shape, &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap();
+            let from_dev = b.run(&mut g.session, &shape, &[Src::Device(&dev, n)], |_, n| vec![0f32; n]).unwrap();
+            let (on_cuda, on_cpu) = (plain(&mut g, &shape, &x), plain(&mut c, &shape, &x));
+            assert_eq!(from_dev[0].1, vec![1, 1, 384, 640]);
+            let (d_host, d_dev) = (max_diff(&from_host[0].2, &on_cuda), max_diff(&from_dev[0].2, &on_cuda));
+            let d_cpu = max_diff(&on_cuda, &on_cpu);
+            eprintln!("run {seed}: bound host input vs plain {d_host:e}, bound device input vs plain {d_dev:e}, CUDA vs CPU {d_cpu:e}");
+            assert!(d_host < 1e-4 && d_dev < 1e-4, "bound runs differ from the provider's plain run");
+            worst = (worst.0.max(d_dev), worst.1.max(d_cpu));
+        }
+        // A probability map: TF32 convolutions may move values slightly.
+        assert!(worst.1 < 2e-2, "CUDA and CPU providers differ by {}", worst.1);
+        assert_eq!(b.created(), 1, "one binding for one shape");
+        eprintln!("device bindings: worst difference to plain runs {:e}, CUDA vs CPU {:e}", worst.0, worst.1);
+    }
+
     #[test]
     fn engine_cache_is_keyed_by_model_shapes_and_version() {
         let dir = tempfile::tempdir().unwrap();
