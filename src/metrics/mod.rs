@@ -274,6 +274,31 @@ impl Collector for Metrics {
                 })
             }),
         )?;
+        // Ended streams beyond the most recent ones (a long `dir` batch), folded
+        // per node so that the series stay few: these plus the per-stream series
+        // add up to the node's counts.
+        let folded: Vec<(&NodeStats, crate::runtime::stats::FoldedStreams)> =
+            w.nodes.iter().map(|s| (s.as_ref(), s.folded_streams())).filter(|(_, f)| f.streams > 0).collect();
+        counters(
+            &mut enc,
+            "infer_stream_ended_streams_folded",
+            "Ended streams no longer listed one by one (all but the most recent ones), per node.",
+            folded.iter().map(|(s, f)| (node_labels(p, s), f.streams)),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_ended_stream_frames",
+            "Frames of the folded ended streams together, by outcome (in, out, dropped, failed; sources: out).",
+            None,
+            MetricType::Counter,
+            folded.iter().flat_map(|(s, f)| {
+                ["in", "out", "dropped", "failed"]
+                    .into_iter()
+                    .zip(f.counts)
+                    .filter(move |(o, _)| s.role != Role::Source || *o == "out")
+                    .map(move |(outcome, v)| ([("pipeline", p), ("node", s.name.as_str()), ("outcome", outcome)], ConstCounter::new(v)))
+            }),
+        )?;
         // Batch sizes formed by batching stages.
         let mut fam = enc.encode_descriptor(
             "infer_stream_node_batch_size",

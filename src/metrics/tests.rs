@@ -267,3 +267,31 @@ fn per_stream_counts_and_batch_sizes() {
         assert!(t.lines().any(|l| l == line), "missing line\n{line}\nin\n{t}");
     }
 }
+
+/// A long batch's ended streams beyond the most recent ones are one folded
+/// series per node and outcome; with the per-stream series they add up to the node.
+#[test]
+fn ended_streams_are_folded_into_one_series() {
+    use crate::frame::Accounting;
+    use crate::runtime::stats::{LISTED_ENDED_STREAMS, StreamEvent};
+    let m = Metrics::new();
+    let det = std::sync::Arc::new(NodeStats::new("det", "infer", Role::Stage));
+    for i in 0..LISTED_ENDED_STREAMS + 3 {
+        let s: std::sync::Arc<str> = format!("f{i:04}").into();
+        det.stream(&s, StreamEvent::In);
+        det.stream(&s, StreamEvent::Out);
+        det.stream_ended(&s);
+    }
+    m.watch_stats("p".into(), vec![det], vec![], std::sync::Arc::new(Accounting::default()), Shutdown::new());
+    let t = openmetrics(&m);
+    for line in [
+        "infer_stream_ended_streams_folded_total{pipeline=\"p\",node=\"det\",kind=\"infer\"} 3",
+        "infer_stream_ended_stream_frames_total{pipeline=\"p\",node=\"det\",outcome=\"in\"} 3",
+        "infer_stream_ended_stream_frames_total{pipeline=\"p\",node=\"det\",outcome=\"out\"} 3",
+    ] {
+        assert!(t.lines().any(|l| l == line), "missing line\n{line}\nin\n{t}");
+    }
+    let per_stream = t.lines().filter(|l| l.starts_with("infer_stream_stream_frames_total{") && l.contains("outcome=\"in\"")).count();
+    assert_eq!(per_stream, LISTED_ENDED_STREAMS);
+    assert!(!t.contains("stream=\"f0000\""), "the oldest ended stream is folded");
+}

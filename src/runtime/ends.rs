@@ -3,11 +3,15 @@
 //! of its frames is held anywhere), every running sink is told to close that
 //! stream (flush, close its per-stream file); once all sinks have, the
 //! source's callback learns whether the stream's results are complete.
+//! Every node's per-stream counters learn of the end too, so that a long batch
+//! keeps only its most recent ended streams listed one by one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
+
+use super::NodeStats;
 
 /// Called once per ended stream: `true` when every sink closed it without error.
 pub type OnFlushed = Box<dyn FnOnce(bool) + Send>;
@@ -30,13 +34,16 @@ struct State {
 #[derive(Default)]
 pub struct StreamEnds {
     state: Mutex<State>,
+    /// Every node's counters, told when a stream has ended.
+    nodes: Vec<Arc<NodeStats>>,
 }
 
 impl StreamEnds {
-    /// A hub for `sinks` sinks, and the receiver each sink reads ended streams from.
-    pub fn new(sinks: usize) -> (Arc<Self>, Vec<Receiver<Arc<str>>>) {
+    /// A hub for `sinks` sinks, and the receiver each sink reads ended streams
+    /// from; `nodes`: the counters of every node, told of each end.
+    pub fn new(sinks: usize, nodes: Vec<Arc<NodeStats>>) -> (Arc<Self>, Vec<Receiver<Arc<str>>>) {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..sinks).map(|_| unbounded()).unzip();
-        let hub = StreamEnds { state: Mutex::new(State { sinks: txs.into_iter().map(Some).collect(), pending: HashMap::new() }) };
+        let hub = StreamEnds { state: Mutex::new(State { sinks: txs.into_iter().map(Some).collect(), pending: HashMap::new() }), nodes };
         (Arc::new(hub), rxs)
     }
 
@@ -46,6 +53,10 @@ impl StreamEnds {
 
     /// `stream` has ended: ask every running sink to close it; `done` runs when all have.
     pub fn ended(&self, stream: Arc<str>, done: OnFlushed) {
+        // No frame of it is left anywhere: no node counts it again.
+        for n in &self.nodes {
+            n.stream_ended(&stream);
+        }
         let mut st = self.lock();
         let waiting: Vec<bool> = st.sinks.iter().map(|s| s.as_ref().is_some_and(|tx| tx.send(stream.clone()).is_ok())).collect();
         if waiting.iter().any(|w| *w) {
@@ -98,7 +109,7 @@ mod tests {
 
     #[test]
     fn a_stream_is_flushed_once_every_sink_closed_it() {
-        let (hub, rxs) = StreamEnds::new(2);
+        let (hub, rxs) = StreamEnds::new(2, Vec::new());
         let got = Arc::new(Mutex::new(Vec::new()));
         let g = got.clone();
         hub.ended("a".into(), Box::new(move |ok| g.lock().unwrap().push(("a", ok))));
@@ -116,9 +127,30 @@ mod tests {
         assert_eq!(got.lock().unwrap().len(), 2);
     }
 
+    /// Ends reach every node's counters: a long batch's ended streams are
+    /// folded there, the most recent ones still listed.
+    #[test]
+    fn ended_streams_are_folded_in_every_node() {
+        let nodes: Vec<Arc<NodeStats>> =
+            ["src", "det", "out"].iter().map(|n| Arc::new(NodeStats::new(n, "x", crate::config::Role::Stage))).collect();
+        let (hub, _rxs) = StreamEnds::new(0, nodes.clone());
+        let extra = 5;
+        for i in 0..super::super::stats::LISTED_ENDED_STREAMS + extra {
+            let s: Arc<str> = format!("f{i}").into();
+            for n in &nodes {
+                n.stream(&s, super::super::stats::StreamEvent::In);
+            }
+            hub.ended(s, Box::new(|_| {}));
+        }
+        for n in &nodes {
+            assert_eq!(n.stream_counts().len(), super::super::stats::LISTED_ENDED_STREAMS, "{}", n.name);
+            assert_eq!(n.folded_streams().streams, extra as u64, "{}", n.name);
+        }
+    }
+
     #[test]
     fn a_sink_error_marks_the_stream_unflushed() {
-        let (hub, _rxs) = StreamEnds::new(1);
+        let (hub, _rxs) = StreamEnds::new(1, Vec::new());
         let got = Arc::new(Mutex::new(None));
         let g = got.clone();
         hub.ended("a".into(), Box::new(move |ok| *g.lock().unwrap() = Some(ok)));

@@ -536,7 +536,7 @@ impl Pipeline {
                 })
                 .collect()
         };
-        let (ends, mut end_rxs) = StreamEnds::new(sink_index.iter().flatten().count());
+        let (ends, mut end_rxs) = StreamEnds::new(sink_index.iter().flatten().count(), stats.clone());
         let mut end_rxs: Vec<Option<Receiver<Arc<str>>>> = {
             let mut v: Vec<Option<Receiver<Arc<str>>>> = end_rxs.drain(..).map(Some).collect();
             sink_index.iter().map(|k| k.and_then(|k| v[k].take())).collect()

@@ -1,8 +1,9 @@
 //! Per-node counters and latency histograms, shared by the progress bar,
 //! the end-of-run summary and the metrics endpoint.
 
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -19,7 +20,68 @@ pub enum StreamEvent {
 }
 
 /// Per-stream counts in one node: in, out, dropped, failed.
-pub type StreamCounts = Vec<(std::sync::Arc<str>, [u64; 4])>;
+pub type StreamCounts = Vec<(Arc<str>, [u64; 4])>;
+
+/// Ended streams still listed one by one (the most recent ones); older ended
+/// streams are folded into [`FoldedStreams`]. A `dir` batch makes one stream
+/// per file: without a bound, 100,000 files would mean 100,000 entries, and as
+/// many metric series, for the whole run.
+pub const LISTED_ENDED_STREAMS: usize = 256;
+
+/// Streams that ended and were folded together: how many, and their counts summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FoldedStreams {
+    pub streams: u64,
+    pub counts: [u64; 4],
+}
+
+/// One node's per-stream counts: found by name in O(1); live streams are all
+/// kept, ended ones beyond [`LISTED_ENDED_STREAMS`] are folded, oldest first.
+#[derive(Debug, Default)]
+pub struct StreamTable {
+    /// Counts, and the mark of the stream's end (`None`: live).
+    rows: HashMap<Arc<str>, ([u64; 4], Option<u64>)>,
+    /// Ended streams in the order they ended, with their mark; a stream that
+    /// came back to life (a late count, or a source starting it again) keeps
+    /// its stale entry here, which is skipped when its turn comes.
+    ended: VecDeque<(Arc<str>, u64)>,
+    next_mark: u64,
+    folded: FoldedStreams,
+}
+
+impl StreamTable {
+    fn count(&mut self, stream: &Arc<str>, event: StreamEvent) {
+        match self.rows.get_mut(stream) {
+            Some((counts, end)) => {
+                counts[event as usize] += 1;
+                *end = None;
+            }
+            None => {
+                let mut counts = [0; 4];
+                counts[event as usize] = 1;
+                self.rows.insert(stream.clone(), (counts, None));
+            }
+        }
+    }
+
+    fn end(&mut self, stream: &Arc<str>) {
+        let Some(row) = self.rows.get_mut(stream) else { return };
+        let mark = self.next_mark;
+        self.next_mark += 1;
+        row.1 = Some(mark);
+        self.ended.push_back((stream.clone(), mark));
+        while self.ended.len() > LISTED_ENDED_STREAMS {
+            let (name, mark) = self.ended.pop_front().expect("longer than the limit");
+            if self.rows.get(&name).is_some_and(|r| r.1 == Some(mark)) {
+                let (counts, _) = self.rows.remove(&name).expect("present above");
+                self.folded.streams += 1;
+                for (sum, n) in self.folded.counts.iter_mut().zip(counts) {
+                    *sum += n;
+                }
+            }
+        }
+    }
+}
 
 /// Live statistics of one node.
 #[derive(Debug)]
@@ -41,8 +103,8 @@ pub struct NodeStats {
     pub queued: AtomicU64,
     pub max_depth: AtomicUsize,
     pub done: AtomicBool,
-    /// The same counts split by stream (a few streams: a short list).
-    pub streams: Mutex<StreamCounts>,
+    /// The same counts split by stream (bounded: see [`StreamTable`]).
+    pub streams: Mutex<StreamTable>,
     /// Sources: times the stream was lost, reconnected, and the longest gap (ms).
     pub losses: AtomicU64,
     pub reconnects: AtomicU64,
@@ -83,7 +145,7 @@ impl NodeStats {
             done: AtomicBool::new(false),
             batch_sizes: Mutex::new(Vec::new()),
             first_out: std::sync::OnceLock::new(),
-            streams: Mutex::new(Vec::new()),
+            streams: Mutex::new(StreamTable::default()),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
@@ -126,17 +188,14 @@ impl NodeStats {
     }
 
     /// Count one frame of `stream`.
-    pub fn stream(&self, stream: &std::sync::Arc<str>, event: StreamEvent) {
-        let mut v = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        // Newest streams last: a batch's current files are found first.
-        let i = match v.iter().rposition(|(s, _)| std::sync::Arc::ptr_eq(s, stream) || s == stream) {
-            Some(i) => i,
-            None => {
-                v.push((stream.clone(), [0; 4]));
-                v.len() - 1
-            }
-        };
-        v[i].1[event as usize] += 1;
+    pub fn stream(&self, stream: &Arc<str>, event: StreamEvent) {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).count(stream, event);
+    }
+
+    /// `stream` has ended (no frame of it is left anywhere): once more than
+    /// [`LISTED_ENDED_STREAMS`] ended streams are listed, the oldest is folded.
+    pub fn stream_ended(&self, stream: &Arc<str>) {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).end(stream);
     }
 
     /// A source's stream was lost or came back.
@@ -150,9 +209,18 @@ impl NodeStats {
         };
     }
 
-    /// A snapshot of the per-stream counts.
+    /// A snapshot of the per-stream counts still listed, by stream name.
     pub fn stream_counts(&self) -> StreamCounts {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let t = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: StreamCounts = t.rows.iter().map(|(s, (c, _))| (s.clone(), *c)).collect();
+        drop(t);
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// The ended streams folded together (no longer in [`Self::stream_counts`]).
+    pub fn folded_streams(&self) -> FoldedStreams {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).folded
     }
 
     /// A batch of `n` frames was formed.
@@ -184,5 +252,93 @@ impl NodeStats {
 
     pub fn finish(&self) {
         self.done.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> NodeStats {
+        NodeStats::new("det", "infer", Role::Stage)
+    }
+
+    fn total(n: &NodeStats) -> [u64; 4] {
+        let mut t = n.folded_streams().counts;
+        for (_, c) in n.stream_counts() {
+            for (t, c) in t.iter_mut().zip(c) {
+                *t += c;
+            }
+        }
+        t
+    }
+
+    /// A long batch (one stream per file): the table stays bounded, the most
+    /// recently ended streams stay listed, and no frame is lost from the sums.
+    #[test]
+    fn ended_streams_beyond_the_limit_are_folded_oldest_first() {
+        let n = node();
+        let files = 10_000u64;
+        for i in 0..files {
+            let s: Arc<str> = format!("file-{i:05}.mp4").into();
+            for _ in 0..3 {
+                n.stream(&s, StreamEvent::In);
+                n.stream(&s, StreamEvent::Out);
+            }
+            n.stream(&s, StreamEvent::Failed);
+            n.stream_ended(&s);
+        }
+        let listed = n.stream_counts();
+        assert_eq!(listed.len(), LISTED_ENDED_STREAMS);
+        let first_listed = files as usize - LISTED_ENDED_STREAMS;
+        assert_eq!(&*listed[0].0, format!("file-{first_listed:05}.mp4"), "the most recent ones, in name order");
+        assert!(listed.iter().all(|(_, c)| *c == [3, 3, 0, 1]));
+        assert_eq!(
+            n.folded_streams(),
+            FoldedStreams { streams: files - LISTED_ENDED_STREAMS as u64, counts: [3 * 9744, 3 * 9744, 0, 9744] }
+        );
+        assert_eq!(total(&n), [3 * files, 3 * files, 0, files], "listed + folded = every count");
+        assert!(n.streams.lock().unwrap().ended.len() <= LISTED_ENDED_STREAMS);
+    }
+
+    /// Streams that have not ended (cameras, a batch's files in progress) are
+    /// never folded, however many ended streams pass by.
+    #[test]
+    fn live_streams_stay_listed() {
+        let n = node();
+        let cams: Vec<Arc<str>> = (0..300).map(|i| format!("cam{i}").into()).collect();
+        for i in 0..2_000 {
+            let s: Arc<str> = format!("file{i}").into();
+            n.stream(&s, StreamEvent::In);
+            n.stream_ended(&s);
+            n.stream(&cams[i % cams.len()], StreamEvent::In);
+        }
+        let listed = n.stream_counts();
+        assert_eq!(listed.len(), 300 + LISTED_ENDED_STREAMS);
+        for c in &cams {
+            assert!(listed.iter().any(|(s, _)| s == c), "{c} listed");
+        }
+        assert_eq!(total(&n)[0], 4_000);
+    }
+
+    /// A stream that counts again after its end (started again) is live again:
+    /// its stale end is skipped, and it is folded only after it ends anew.
+    #[test]
+    fn a_stream_counted_after_its_end_is_live_again() {
+        let n = node();
+        let again: Arc<str> = "again".into();
+        n.stream(&again, StreamEvent::In);
+        n.stream_ended(&again);
+        n.stream(&again, StreamEvent::In);
+        for i in 0..LISTED_ENDED_STREAMS + 10 {
+            let s: Arc<str> = format!("f{i}").into();
+            n.stream(&s, StreamEvent::Out);
+            n.stream_ended(&s);
+        }
+        assert!(n.stream_counts().iter().any(|(s, c)| *s == again && *c == [2, 0, 0, 0]), "still listed with both counts");
+        assert_eq!(n.folded_streams().streams, 10);
+        // An end of a stream never counted changes nothing.
+        n.stream_ended(&Arc::from("never"));
+        assert_eq!(n.folded_streams().streams, 10);
     }
 }
