@@ -8,6 +8,8 @@ source scripts/lib.sh
 PKGS=(
   # build: bindgen for ffmpeg-sys-next / gstreamer-sys
   pkg-config clang libclang-dev
+  # objcopy: the test of scripts/prune-fatbin.py (GPU bundle)
+  binutils
   # FFmpeg (decode backend) and its dev headers
   ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
   libswresample-dev libavfilter-dev libavdevice-dev

@@ -126,3 +126,81 @@ fn gpu_pipeline_matches_cpu() {
     }
     assert!(total > 0 && close * 10 >= total * 9 && worst >= 0.8, "CPU boxes on GPU: {close}/{total} at IoU >= 0.9, worst {worst:.3}");
 }
+
+/// scripts/prune-fatbin.py (how gpu-bundle.sh --cuda-ep fits ONNX Runtime's
+/// CUDA provider into a device call) on a real ELF file with a `.nv_fatbin`
+/// section: each fatbin keeps only the wanted architecture's entries, in
+/// order and byte for byte, with its size set to theirs and the rest zeroed;
+/// a fatbin without that architecture stays whole; nothing outside the
+/// section changes.
+#[test]
+fn fatbin_pruning_keeps_one_architecture() {
+    fn entry(arch: u32, payload: &[u8]) -> Vec<u8> {
+        // kind 2 (ELF), header of 64 bytes, payload size, architecture at byte 28.
+        let mut h = vec![0u8; 64];
+        h[0..2].copy_from_slice(&2u16.to_le_bytes());
+        h[4..8].copy_from_slice(&64u32.to_le_bytes());
+        h[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        h[28..32].copy_from_slice(&arch.to_le_bytes());
+        h.extend_from_slice(payload);
+        h
+    }
+    fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
+        let body: Vec<u8> = entries.concat();
+        let mut f = Vec::new();
+        f.extend_from_slice(&0xBA55ED50u32.to_le_bytes());
+        f.extend_from_slice(&1u16.to_le_bytes());
+        f.extend_from_slice(&16u16.to_le_bytes());
+        f.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        f.extend(body);
+        f
+    }
+    let (a80, a90, b90, c75) = (entry(80, &[0x80; 40]), entry(90, &[0x90; 24]), entry(90, &[0x91; 16]), entry(75, &[0x75; 32]));
+    let first = fatbin(&[a80.clone(), a90.clone(), entry(120, &[0x12; 8]), b90.clone()]);
+    let second = fatbin(&[c75.clone()]);
+    let mut section = first.clone();
+    section.extend_from_slice(&[0u8; 8]); // padding between fatbins
+    section.extend_from_slice(&second);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (blob, lib, pruned) = (dir.path().join("fatbin"), dir.path().join("lib.so"), dir.path().join("pruned.so"));
+    std::fs::write(&blob, &section).unwrap();
+    // Any real ELF file will do as the carrier: the test binary itself.
+    let carrier = std::env::current_exe().unwrap();
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let o = std::process::Command::new("objcopy").args(args).output().expect("objcopy (binutils) is needed");
+        assert!(o.status.success(), "objcopy {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let arg = |s: String| std::ffi::OsString::from(s);
+    objcopy(&["--add-section".as_ref(), &arg(format!(".nv_fatbin={}", blob.display())), carrier.as_os_str(), lib.as_os_str()]);
+    let o =
+        std::process::Command::new("python3").arg(root().join("scripts/prune-fatbin.py")).args([&lib, &pruned]).arg("90").output().unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{said}");
+    assert!(said.contains("2 fatbins; kept 2 sm_90 entries, dropped 2; 1 without sm_90 kept whole"), "{said}");
+
+    let out = dir.path().join("out");
+    objcopy(&["--dump-section".as_ref(), &arg(format!(".nv_fatbin={}", out.display())), pruned.as_os_str()]);
+    let got = std::fs::read(&out).unwrap();
+    assert_eq!(got.len(), section.len(), "the section keeps its size");
+    let kept = [a90, b90].concat();
+    assert_eq!(&got[..8], &first[..8], "magic, version, header size");
+    assert_eq!(u64::from_le_bytes(got[8..16].try_into().unwrap()), kept.len() as u64, "the fatbin's size is its kept entries'");
+    assert_eq!(&got[16..16 + kept.len()], &kept[..], "sm_90 entries first, in order, byte for byte");
+    assert!(got[16 + kept.len()..first.len()].iter().all(|&b| b == 0), "the dropped entries are zeroed");
+    assert_eq!(&got[first.len()..], &section[first.len()..], "a fatbin without sm_90 stays whole");
+
+    // Outside the section nothing changed.
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    objcopy(&["--remove-section".as_ref(), ".nv_fatbin".as_ref(), lib.as_os_str(), a.as_os_str()]);
+    objcopy(&["--remove-section".as_ref(), ".nv_fatbin".as_ref(), pruned.as_os_str(), b.as_os_str()]);
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "bytes outside .nv_fatbin changed");
+    assert_eq!(std::fs::metadata(&lib).unwrap().len(), std::fs::metadata(&pruned).unwrap().len());
+
+    // No code for the wanted architecture at all: an error, no output.
+    let none = dir.path().join("none.so");
+    let o =
+        std::process::Command::new("python3").arg(root().join("scripts/prune-fatbin.py")).args([&lib, &none]).arg("86").output().unwrap();
+    assert!(!o.status.success() && !none.exists());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no sm_86 code at all"));
+}
