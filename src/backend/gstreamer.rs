@@ -53,6 +53,57 @@ pub struct GstDecoder {
     sink: gst_app::AppSink,
     /// The line it runs, for messages.
     pub line: String,
+    /// The format of the samples, parsed from their caps when the caps change.
+    negotiated: Option<Negotiated>,
+    /// Times the caps were parsed (the first caps, then each change).
+    caps_seen: u64,
+}
+
+/// What a sample's caps say about its buffer, parsed once per caps.
+struct Negotiated {
+    caps: gst::Caps,
+    width: u32,
+    height: u32,
+    format: PixelFormat,
+    offsets: [usize; 4],
+    strides: [i32; 4],
+    color: ColorInfo,
+}
+
+impl Negotiated {
+    fn parse(caps: &gst::CapsRef) -> Result<Self, String> {
+        let info = gst_video::VideoInfo::from_caps(caps).map_err(|e| format!("caps {caps}: {e}"))?;
+        let format: PixelFormat = match info.format() {
+            gst_video::VideoFormat::I420 => PixelFormat::YUV420P,
+            gst_video::VideoFormat::Nv12 => PixelFormat::NV12,
+            gst_video::VideoFormat::Rgb => PixelFormat::RGB24,
+            gst_video::VideoFormat::Bgr => PixelFormat::BGR24,
+            gst_video::VideoFormat::Gray8 => PixelFormat::GRAY8,
+            f => return Err(format!("appsink gives {f:?}; use caps {CAPS}")),
+        };
+        let (mut offsets, mut strides) = ([0usize; 4], [0i32; 4]);
+        for (i, (o, s)) in info.offset().iter().zip(info.stride()).enumerate().take(4) {
+            offsets[i] = *o;
+            strides[i] = *s;
+        }
+        let c = info.colorimetry();
+        let matrix = match c.matrix() {
+            gst_video::VideoColorMatrix::Bt709 => Matrix::Bt709,
+            gst_video::VideoColorMatrix::Bt601 => Matrix::Bt601,
+            gst_video::VideoColorMatrix::Bt2020 => Matrix::Bt2020,
+            _ => Matrix::Unspecified,
+        };
+        let full_range = c.range() == gst_video::VideoColorRange::Range0_255 || !matches!(format, PixelFormat::YUV420P | PixelFormat::NV12);
+        Ok(Negotiated {
+            caps: caps.to_owned(),
+            width: info.width(),
+            height: info.height(),
+            format,
+            offsets,
+            strides,
+            color: ColorInfo { matrix, full_range },
+        })
+    }
 }
 
 impl GstDecoder {
@@ -78,7 +129,7 @@ impl GstDecoder {
             return Err(why);
         }
         pipeline.set_state(gst::State::Playing).map_err(|_| Self::bus_error(&pipeline).unwrap_or_else(|| "cannot play".into()))?;
-        Ok(GstDecoder { pipeline, sink, line: line.to_string() })
+        Ok(GstDecoder { pipeline, sink, line: line.to_string(), negotiated: None, caps_seen: 0 })
     }
 
     fn bus_error(pipeline: &gst::Pipeline) -> Option<String> {
@@ -102,39 +153,26 @@ impl GstDecoder {
             return if self.sink.is_eos() { Ok(None) } else { Ok(Some(None)) };
         };
         let caps = sample.caps().ok_or("sample without caps")?;
-        let info = gst_video::VideoInfo::from_caps(caps).map_err(|e| format!("caps {caps}: {e}"))?;
+        // Samples of one negotiation share their caps (`gst_caps_is_equal` sees
+        // the same pointer at once): parsed again only when they change mid-stream.
+        if self.negotiated.as_ref().is_none_or(|n| n.caps.as_ref() != caps) {
+            let n = Negotiated::parse(caps)?;
+            self.caps_seen += 1;
+            tracing::debug!("GStreamer caps #{}: {caps}", self.caps_seen);
+            self.negotiated = Some(n);
+        }
+        let n = self.negotiated.as_ref().expect("parsed above");
         let buffer = sample.buffer().ok_or("sample without buffer")?;
         let map = buffer.map_readable().map_err(|e| e.to_string())?;
-        let format: PixelFormat = match info.format() {
-            gst_video::VideoFormat::I420 => PixelFormat::YUV420P,
-            gst_video::VideoFormat::Nv12 => PixelFormat::NV12,
-            gst_video::VideoFormat::Rgb => PixelFormat::RGB24,
-            gst_video::VideoFormat::Bgr => PixelFormat::BGR24,
-            gst_video::VideoFormat::Gray8 => PixelFormat::GRAY8,
-            f => return Err(format!("appsink gives {f:?}; use caps {CAPS}")),
-        };
         let mut buf = pool.get(map.len());
         buf.copy_from_slice(map.as_slice());
-        let (mut offsets, mut strides) = ([0usize; 4], [0i32; 4]);
-        for (i, (o, s)) in info.offset().iter().zip(info.stride()).enumerate().take(4) {
-            offsets[i] = *o;
-            strides[i] = *s;
-        }
-        let c = info.colorimetry();
-        let matrix = match c.matrix() {
-            gst_video::VideoColorMatrix::Bt709 => Matrix::Bt709,
-            gst_video::VideoColorMatrix::Bt601 => Matrix::Bt601,
-            gst_video::VideoColorMatrix::Bt2020 => Matrix::Bt2020,
-            _ => Matrix::Unspecified,
-        };
-        let full_range = c.range() == gst_video::VideoColorRange::Range0_255 || !matches!(format, PixelFormat::YUV420P | PixelFormat::NV12);
         let image = Image {
-            width: info.width(),
-            height: info.height(),
-            format,
-            color: ColorInfo { matrix, full_range },
-            offsets,
-            strides,
+            width: n.width,
+            height: n.height,
+            format: n.format,
+            color: n.color,
+            offsets: n.offsets,
+            strides: n.strides,
             storage: Storage::Host(buf),
         };
         let pts = buffer.pts().map(|t| t.nseconds() as i64);
@@ -181,7 +219,51 @@ mod tests {
             }
         }
         assert_eq!(n, 5);
+        assert_eq!(d.caps_seen, 1, "one negotiation: its caps parsed once");
         let e = GstDecoder::open("nosuchelement ! appsink").err().unwrap();
         assert!(e.contains("nosuchelement"), "{e}");
+    }
+
+    /// Caps that change mid-stream (a new size, a new format) are parsed
+    /// again, and each frame is described by its own caps; caps equal to the
+    /// last ones are not parsed again.
+    #[test]
+    fn caps_changes_mid_stream_give_frames_their_own_format() {
+        let pool = Pool::new(4);
+        let mut d = GstDecoder::open("appsrc name=src is-live=true format=time ! appsink name=sink sync=false").unwrap();
+        let src = d.pipeline.by_name("src").unwrap().downcast::<gst_app::AppSrc>().unwrap();
+        let caps = |format: &str, w: i32, h: i32| {
+            gst::Caps::builder("video/x-raw")
+                .field("format", format)
+                .field("width", w)
+                .field("height", h)
+                .field("framerate", gst::Fraction::new(25, 1))
+                .build()
+        };
+        // (format, width, height, bytes per frame)
+        let (i420_bytes, rgb_bytes) = (64 * 48 * 3 / 2, 32 * 24 * 3);
+        let plan = [
+            ("I420", 64, 48, i420_bytes),
+            ("I420", 64, 48, i420_bytes),
+            ("RGB", 32, 24, rgb_bytes),
+            ("RGB", 32, 24, rgb_bytes),
+            ("I420", 64, 48, i420_bytes),
+        ];
+        for (i, (f, w, h, size)) in plan.iter().enumerate() {
+            let mut buffer = gst::Buffer::with_size(*size).unwrap();
+            buffer.get_mut().unwrap().set_pts(gst::ClockTime::from_mseconds(40 * i as u64));
+            // A new caps object each time: equal caps are still recognised as equal.
+            src.push_sample(&gst::Sample::builder().buffer(&buffer).caps(&caps(f, *w, *h)).build()).unwrap();
+        }
+        src.end_of_stream().unwrap();
+        let mut got = Vec::new();
+        while let Some(f) = d.next(&pool, Duration::from_millis(500)).unwrap() {
+            if let Some((img, _)) = f {
+                got.push((img.format, img.width, img.height, img.strides[0]));
+            }
+        }
+        let (i420, rgb) = ((PixelFormat::YUV420P, 64, 48, 64), (PixelFormat::RGB24, 32, 24, 96));
+        assert_eq!(got, [i420, i420, rgb, rgb, i420]);
+        assert_eq!(d.caps_seen, 3, "parsed at the start and at each of the two changes");
     }
 }
