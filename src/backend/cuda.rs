@@ -49,6 +49,8 @@ pub struct DeviceImage {
     pub keep: Box<dyn std::any::Any + Send + Sync>,
     /// The GPU the planes live on.
     pub gpu: Arc<Gpu>,
+    /// The host copy CPU consumers share (made on first use).
+    pub host: crate::frame::HostCopy,
 }
 
 /// What this machine offers to the GPU path.

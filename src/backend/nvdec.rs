@@ -130,6 +130,7 @@ pub fn device_image(frame: &ff::frame::Video, gpu: &Arc<Gpu>, surfaces: Option<&
             pitches: [pitch, pitch, 0, 0],
             keep: Box::new(buf),
             gpu: gpu.clone(),
+            host: Default::default(),
         }),
     })
 }
@@ -184,6 +185,6 @@ pub fn upload_image(img: &Image, gpu: &Arc<Gpu>) -> Result<Image, String> {
         color: img.color,
         offsets: img.offsets,
         strides: img.strides,
-        storage: Storage::Device(DeviceImage { planes, pitches, keep: Box::new(buf), gpu: gpu.clone() }),
+        storage: Storage::Device(DeviceImage { planes, pitches, keep: Box::new(buf), gpu: gpu.clone(), host: Default::default() }),
     })
 }

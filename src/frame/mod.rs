@@ -70,6 +70,30 @@ impl Image {
     }
 }
 
+/// The host copy of a device image, made once, by the first CPU consumer
+/// that needs it (a sink, a CPU preprocess, a crop), and handed to the others:
+/// they all reach it through the frame's shared `Arc<Image>`. Consumers that
+/// ask at the same time wait for that one download rather than each making
+/// their own. The copy is a pooled buffer of the first consumer's pool and
+/// goes back to it when the device image drops (device images are never
+/// changed once made, so the copy cannot go stale).
+#[derive(Default)]
+pub struct HostCopy(std::sync::Mutex<Option<Arc<Image>>>);
+
+impl HostCopy {
+    /// The copy, made by `make` on the first call; a failed `make` keeps
+    /// nothing, so the next call tries again.
+    pub fn get_or_make(&self, make: impl FnOnce() -> Result<Image, String>) -> Result<Arc<Image>, String> {
+        let mut copy = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = copy.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(make()?);
+        *copy = Some(c.clone());
+        Ok(c)
+    }
+}
+
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Image({}x{} {:?})", self.width, self.height, self.format)
@@ -364,5 +388,86 @@ impl Frame {
             Payload::Outputs(o) => Some(o),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A gray host image of `w`x`h` in a buffer of `pool`, as a download gives.
+    fn download(pool: &Pool<u8>, w: u32, h: u32, made: &AtomicUsize) -> Result<Image, String> {
+        made.fetch_add(1, Ordering::SeqCst);
+        let mut buf = pool.get(w as usize * h as usize);
+        buf.fill(made.load(Ordering::SeqCst) as u8);
+        Ok(Image {
+            width: w,
+            height: h,
+            format: PixelFormat::GRAY8,
+            color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
+            offsets: [0; 4],
+            strides: [w as i32, 0, 0, 0],
+            storage: Storage::Host(buf),
+        })
+    }
+
+    /// The second consumer of a device frame gets the first one's copy: one download.
+    #[test]
+    fn host_copy_is_made_once_and_shared() {
+        let (pool, made, copy) = (Pool::new(2), AtomicUsize::new(0), HostCopy::default());
+        let a = copy.get_or_make(|| download(&pool, 4, 2, &made)).unwrap();
+        let b = copy.get_or_make(|| download(&pool, 4, 2, &made)).unwrap();
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(b.host().unwrap(), [1; 8]);
+    }
+
+    /// A failed download is not kept: the next consumer tries again.
+    #[test]
+    fn a_failed_host_copy_is_tried_again() {
+        let (pool, made, copy) = (Pool::new(2), AtomicUsize::new(0), HostCopy::default());
+        assert_eq!(copy.get_or_make(|| Err("device lost".into())).unwrap_err(), "device lost");
+        let a = copy.get_or_make(|| download(&pool, 2, 2, &made)).unwrap();
+        assert_eq!((made.load(Ordering::SeqCst), a.width), (1, 2));
+    }
+
+    /// Consumers in other threads (fan-out sinks) asking at once share one download.
+    #[test]
+    fn concurrent_consumers_share_one_download() {
+        let (pool, made, copy) = (Pool::new(8), AtomicUsize::new(0), HostCopy::default());
+        let barrier = std::sync::Barrier::new(8);
+        let got: Vec<Arc<Image>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        copy.get_or_make(|| {
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            download(&pool, 8, 8, &made)
+                        })
+                        .unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+        assert!(got.iter().all(|g| Arc::ptr_eq(g, &got[0])));
+    }
+
+    /// The copy's pooled buffer stays valid while any consumer holds it, and
+    /// goes back to its pool once the device image and every consumer let go.
+    #[test]
+    fn host_copy_returns_its_buffer_to_the_pool() {
+        let (pool, made, copy) = (Pool::new(2), AtomicUsize::new(0), HostCopy::default());
+        let held = copy.get_or_make(|| download(&pool, 4, 4, &made)).unwrap();
+        drop(copy);
+        assert_eq!(held.host().unwrap(), [1; 16], "still readable after the device image dropped");
+        assert_eq!(pool.reuses(), 0);
+        drop(held);
+        let _again = pool.get(16);
+        assert_eq!((pool.allocations(), pool.reuses()), (1, 1), "the buffer came back");
     }
 }

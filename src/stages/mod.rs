@@ -118,18 +118,16 @@ pub struct BuildOptions {
     pub batch_state: bool,
 }
 
-/// `img` in host memory: itself, or a download of a device image (NVDEC
-/// frames) for stages and sinks that work on the CPU. One copy per call.
+/// `img` in host memory: itself, or the host copy of a device image (NVDEC
+/// frames) for stages and sinks that work on the CPU. The first consumer of a
+/// frame downloads it (into a buffer of its `pool`); the others reuse that copy.
 pub fn on_host(img: &Arc<crate::frame::Image>, pool: &crate::frame::Pool<u8>) -> Result<Arc<crate::frame::Image>, String> {
-    if img.host().is_some() {
-        return Ok(img.clone());
-    }
-    #[cfg(feature = "cuda")]
-    return crate::backend::nvdec::download_image(img, pool).map(Arc::new);
     #[cfg(not(feature = "cuda"))]
-    {
-        let _ = pool;
-        Err("image is not in host memory".into())
+    let _ = pool;
+    match &img.storage {
+        crate::frame::Storage::Host(_) => Ok(img.clone()),
+        #[cfg(feature = "cuda")]
+        crate::frame::Storage::Device(d) => d.host.get_or_make(|| crate::backend::nvdec::download_image(img, pool)),
     }
 }
 

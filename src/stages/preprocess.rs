@@ -239,7 +239,7 @@ impl Stage for Preprocess {
             let on_device = img.host().is_none();
             match (self.device, on_device) {
                 (ComputeDevice::Cpu, true) => {
-                    let host = crate::backend::nvdec::download_image(&img, &self.host_images).map_err(StageError::Frame)?;
+                    let host = crate::stages::on_host(&img, &self.host_images).map_err(StageError::Frame)?;
                     return self.process_cpu(frame, &host);
                 }
                 (_, true) => return self.process_gpu(frame, &img),
