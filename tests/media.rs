@@ -299,6 +299,47 @@ fn corrupt_data_is_skipped_to_the_next_keyframe() {
     assert_eq!(probe_video(&video).0, processed);
 }
 
+/// A file cut short says so, honestly: against the frame count its container
+/// lists (mp4), or, when it lists none (Matroska), the time reached against
+/// the duration it declares, never an estimated count presented as declared.
+#[test]
+fn a_cut_file_says_how_far_it_got() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let whole = dir.path().join(format!("whole-{name}"));
+        // 100 frames at 25 fps: 4 s; no B-frames, so the frames decoded are the frames read.
+        let mut args = vec!["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25", "-frames:v", "100"];
+        args.extend(["-c:v", "libx264", "-threads", "1", "-g", "10", "-bf", "0"]);
+        args.extend(extra);
+        args.push(whole.to_str().unwrap());
+        ffmpeg(&args);
+        let bytes = std::fs::read(&whole).unwrap();
+        let cut = dir.path().join(name);
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let toml = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &toml,
+            format!(
+                "[sources.cam]\nkind = \"file\"\nuri = \"{name}\"\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"cam\"]\npath = \"{name}.ndjson\"\n"
+            ),
+        )
+        .unwrap();
+        let o = bin().arg("run").arg(&toml).args(["--progress", "never"]).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let (decoded, ..) = accounting(&err);
+        assert!(decoded > 10 && decoded < 90, "{err}");
+        (decoded, err)
+    };
+    let (decoded, err) = run("cut.mp4", &["-movflags", "+faststart"]);
+    let line = format!("ended after {decoded} of the 100 frames its container lists (");
+    assert!(err.contains(&line) && err.contains("): truncated or corrupt"), "{line}\nin:\n{err}");
+    let (decoded, err) = run("cut.mkv", &[]);
+    let line = format!("ended at {:.2} s of the 4.00 s its container declares (", decoded as f64 / 25.0);
+    assert!(err.contains(&line) && err.contains("): truncated or corrupt"), "{line}\nin:\n{err}");
+    assert!(!err.contains("frames its container"), "no estimated count: {err}");
+}
+
 /// Two sizes in one MPEG-TS stream (1280×720, then 640×360): every frame is
 /// processed, each with its own size, boxes in that frame's pixels; the video
 /// sink keeps the first size.

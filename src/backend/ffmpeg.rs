@@ -150,6 +150,8 @@ pub struct StreamInfo {
     pub frames: Option<u64>,
     /// Frame count the container itself lists (mp4, mov), when it does.
     pub declared_frames: Option<u64>,
+    /// Duration in seconds the container gives (the stream's own, else the whole input's).
+    pub duration: Option<f64>,
 }
 
 /// A demuxer + video decoder for one input.
@@ -237,17 +239,13 @@ impl VideoDecoder {
         let rate = stream.avg_frame_rate();
         let fps = (rate.denominator() != 0 && rate.numerator() > 0).then(|| f64::from(rate));
         let declared_frames = (stream.frames() > 0).then_some(stream.frames() as u64);
-        let frames = match stream.frames() {
-            n if n > 0 => Some(n as u64),
-            _ => {
-                let dur = if stream.duration() > 0 {
-                    stream.duration() as f64 * f64::from(tb)
-                } else {
-                    input.duration() as f64 / ffi::AV_TIME_BASE as f64
-                };
-                fps.filter(|_| dur > 0.0).map(|f| (dur * f).round() as u64)
-            }
+        let duration = if stream.duration() > 0 {
+            stream.duration() as f64 * f64::from(tb)
+        } else {
+            input.duration() as f64 / ffi::AV_TIME_BASE as f64
         };
+        let duration = (duration > 0.0 && duration.is_finite()).then_some(duration);
+        let frames = declared_frames.or_else(|| duration.zip(fps).map(|(d, f)| (d * f).round() as u64));
         let info = StreamInfo {
             codec: ff::codec::decoder::find(codec_id).map(|c| c.name().to_string()).unwrap_or_else(|| format!("{codec_id:?}")),
             width: decoder.width(),
@@ -256,6 +254,7 @@ impl VideoDecoder {
             fps,
             frames,
             declared_frames,
+            duration,
         };
         Ok(VideoDecoder {
             path: p,
