@@ -157,7 +157,7 @@ fn fatbin_pruning_keeps_one_architecture() {
     }
     let (a80, a90, b90, c75) = (entry(80, &[0x80; 40]), entry(90, &[0x90; 24]), entry(90, &[0x91; 16]), entry(75, &[0x75; 32]));
     let first = fatbin(&[a80.clone(), a90.clone(), entry(120, &[0x12; 8]), b90.clone()]);
-    let second = fatbin(&[c75.clone()]);
+    let second = fatbin(std::slice::from_ref(&c75));
     let mut section = first.clone();
     section.extend_from_slice(&[0u8; 8]); // padding between fatbins
     section.extend_from_slice(&second);

@@ -19,7 +19,7 @@ use crate::frame::convert::KernelParams;
 /// The kernels' CUDA C source (see the file for the CPU twin's location).
 pub const KERNELS: &str = include_str!("kernels.cu");
 /// Kernel entry points in [`KERNELS`].
-pub const KERNEL_NAMES: &[&str] = &["preprocess", "checksum_u8"];
+pub const KERNEL_NAMES: &[&str] = &["preprocess", "checksum_u8", "overlay_nv12"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -172,6 +172,7 @@ pub struct Gpu {
     pub stream: Arc<CudaStream>,
     preprocess: CudaFunction,
     checksum: CudaFunction,
+    overlay: CudaFunction,
     pub name: String,
     pub compute_capability: (i32, i32),
     /// Free device buffers by size in bytes.
@@ -219,8 +220,19 @@ impl Gpu {
         let module = ctx.load_module(ptx).map_err(drv)?;
         let preprocess = module.load_function("preprocess").map_err(drv)?;
         let checksum = module.load_function("checksum_u8").map_err(drv)?;
+        let overlay = module.load_function("overlay_nv12").map_err(drv)?;
         let name = ctx.name().unwrap_or_else(|_| "NVIDIA GPU".into());
-        Ok(Gpu { ctx, stream, preprocess, checksum, name, compute_capability: cc, free: Mutex::new(HashMap::new()), allocations: 0.into() })
+        Ok(Gpu {
+            ctx,
+            stream,
+            preprocess,
+            checksum,
+            overlay,
+            name,
+            compute_capability: cc,
+            free: Mutex::new(HashMap::new()),
+            allocations: 0.into(),
+        })
     }
 
     /// The raw stream, for FFmpeg and ONNX Runtime.
@@ -402,6 +414,57 @@ impl Gpu {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
     }
 
+    /// Paint `prims` (`overlay::PRIM_INTS` ints each, masks in `alpha`) on a
+    /// `w` x `h` NV12 picture on the device (luma at `y`, interleaved chroma
+    /// at `uv`), in place, queued on the stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn overlay_nv12(
+        self: &Arc<Self>,
+        y: u64,
+        y_pitch: usize,
+        uv: u64,
+        uv_pitch: usize,
+        w: usize,
+        h: usize,
+        prims: &[i32],
+        alpha: &[u8],
+    ) -> Result<(), GpuError> {
+        const PRIM_INTS: usize = crate::stages::sinks::overlay::PRIM_INTS;
+        if prims.is_empty() || w == 0 || h == 0 {
+            return Ok(());
+        }
+        if !prims.len().is_multiple_of(PRIM_INTS) {
+            return Err(GpuError::Driver(format!("{} ints are not whole primitives", prims.len())));
+        }
+        // Every mask a primitive points at must lie inside `alpha`: the kernel reads it unchecked.
+        for p in prims.chunks_exact(PRIM_INTS) {
+            let (pw, ph) = (p[2] as i64 - p[0] as i64 + 1, p[3] as i64 - p[1] as i64 + 1);
+            if p[8] >= 0 && (pw <= 0 || ph <= 0 || p[8] as i64 + pw * ph > alpha.len() as i64) {
+                return Err(GpuError::Driver(format!("an overlay mask lies outside its {} bytes", alpha.len())));
+            }
+        }
+        // Pooled by power-of-two sizes, so frames with different drawings reuse buffers.
+        let pooled = |bytes: usize| bytes.max(4096).next_power_of_two();
+        let dp = self.alloc(pooled(std::mem::size_of_val(prims)))?;
+        let da = self.alloc(pooled(alpha.len()))?;
+        self.upload_async(prims, dp.ptr)?;
+        if !alpha.is_empty() {
+            self.upload_async(alpha, da.ptr)?;
+        }
+        self.bind()?;
+        let (yp, uvp, wi, hi, n) = (y_pitch as i32, uv_pitch as i32, w as i32, h as i32, (prims.len() / PRIM_INTS) as i32);
+        let mut b = self.stream.launch_builder(&self.overlay);
+        b.arg(&y).arg(&yp).arg(&uv).arg(&uvp).arg(&wi).arg(&hi).arg(&dp.ptr).arg(&n).arg(&da.ptr);
+        let cfg =
+            LaunchConfig { grid_dim: ((w as u32).div_ceil(32), (h as u32).div_ceil(8), 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        // SAFETY: the arguments match `overlay_nv12` in kernels.cu one for one;
+        // the planes hold `h` rows of their pitch (the caller's frame), the
+        // primitives and every mask they point at lie inside the uploaded
+        // buffers (checked above); the buffers go back to the pool after the
+        // launch is queued, so their next user queues after this kernel.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
+    }
+
     /// Position-weighted checksum of a `w` x `h` byte plane on the device
     /// (see `checksum_u8`); waits for the result.
     pub fn checksum(self: &Arc<Self>, p: u64, pitch: usize, w: usize, h: usize) -> Result<u64, GpuError> {
@@ -502,6 +565,54 @@ mod tests {
                 assert!(ptx.contains(&format!(".entry {name}(")), "{arch}: kernel `{name}` missing from the PTX");
             }
         }
+    }
+
+    /// The overlay kernel paints what its CPU twin paints, byte for byte, on
+    /// an odd-sized NV12 picture with padded rows: outlines clipped at every
+    /// edge, label bands and text masks. GPU only (skipped elsewhere).
+    #[test]
+    fn gpu_overlay_kernel_equals_its_cpu_twin() {
+        use crate::stages::sinks::draw::{self, Mark};
+        use crate::stages::sinks::overlay;
+        let p = probe();
+        if !p.driver || p.devices == 0 {
+            eprintln!("skipped: no NVIDIA GPU here (driver: {}, devices: {})", p.driver, p.devices);
+            return;
+        }
+        let gpu = Gpu::shared(0).unwrap();
+        let (w, h, pitch) = (333usize, 201usize, 384usize);
+        let ch = h.div_ceil(2);
+        let host_y: Vec<u8> = (0..pitch * h).map(|i| (i * 7 % 251) as u8).collect();
+        let host_uv: Vec<u8> = (0..pitch * ch).map(|i| (i * 13 % 241) as u8).collect();
+        let marks = vec![
+            Mark { bbox: Some([20.0, 30.0, 120.0, 90.0]), color: draw::TEXT_BOX, label: "0.93".into() },
+            Mark { bbox: Some([-10.0, -5.0, 60.0, 20.0]), color: draw::OBJECT, label: "person 0.88".into() },
+            Mark { bbox: Some([300.0, 150.0, 400.0, 260.0]), color: draw::TEXT_LINE, label: "EXIT 0.99".into() },
+            Mark { bbox: None, color: draw::CLASS, label: "cat 0.70".into() },
+        ];
+        let color = crate::frame::ColorInfo { matrix: crate::frame::Matrix::Bt709, full_range: false };
+        let o = overlay::layout(&marks, h as u32, 3, draw::font(), color);
+        assert!(o.len() >= 4 && !o.alpha.is_empty(), "outlines and labels laid out");
+        let (dy, duv) = (gpu.alloc(pitch * h).unwrap(), gpu.alloc(pitch * ch).unwrap());
+        gpu.upload(&host_y, dy.ptr).unwrap();
+        gpu.upload(&host_uv, duv.ptr).unwrap();
+        gpu.overlay_nv12(dy.ptr, pitch, duv.ptr, pitch, w, h, &o.prims, &o.alpha).unwrap();
+        let (mut got_y, mut got_uv) = (vec![0u8; pitch * h], vec![0u8; pitch * ch]);
+        gpu.download(dy.ptr, &mut got_y).unwrap();
+        gpu.download(duv.ptr, &mut got_uv).unwrap();
+        let (mut want_y, mut want_uv) = (host_y.clone(), host_uv.clone());
+        overlay::paint_nv12(&mut want_y, pitch, &mut want_uv, pitch, w, h, &o);
+        let changed = want_y.iter().zip(&host_y).filter(|(a, b)| a != b).count();
+        let diff_y = got_y.iter().zip(&want_y).filter(|(a, b)| a != b).count();
+        let diff_uv = got_uv.iter().zip(&want_uv).filter(|(a, b)| a != b).count();
+        eprintln!(
+            "overlay: {} primitives, {changed} luma bytes painted; kernel vs twin: {diff_y} luma, {diff_uv} chroma bytes differ",
+            o.len()
+        );
+        assert!(changed > 1000);
+        assert_eq!((diff_y, diff_uv), (0, 0), "the kernel differs from its CPU twin");
+        // The padding past each row's width is never written.
+        assert!((0..h).all(|r| got_y[r * pitch + w..(r + 1) * pitch] == host_y[r * pitch + w..(r + 1) * pitch]));
     }
 
     #[test]

@@ -155,3 +155,43 @@ extern "C" __global__ void checksum_u8(const unsigned char* p, int pitch, int w,
     if (x >= w || y >= h) return;
     atomicAdd(sum, (unsigned long long)p[(long long)y * pitch + x] * (unsigned long long)(x + 1 + y * 7));
 }
+
+// Results drawn on an NV12 picture in place (the CPU twin is
+// `overlay::paint_nv12`, the same integer maths). One thread per luma pixel,
+// which also paints the chroma sample of a 2x2 block from its top-left pixel.
+// `prims`: n primitives of 10 ints, painted in order: x0 y0 x1 y1 (inclusive),
+// a hole x0 y0 x1 y1 (pixels strictly inside are left alone), an offset into
+// `alpha` (-1: solid; else a mask of (x1-x0+1) bytes per row), and the colour
+// Y | U << 8 | V << 16.
+__device__ __forceinline__ unsigned char blend_u8(unsigned int v, unsigned int c, unsigned int a) {
+    return (unsigned char)((v * (255u - a) + c * a + 127u) / 255u);
+}
+
+extern "C" __global__ void overlay_nv12(unsigned char* luma, int y_pitch, unsigned char* chroma, int uv_pitch, int w, int h,
+                                        const int* prims, int n, const unsigned char* alpha) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= w || y >= h) return;
+    bool has_chroma = ((x | y) & 1) == 0;
+    unsigned char* py = luma + (long long)y * y_pitch + x;
+    unsigned char* puv = chroma + (long long)(y >> 1) * uv_pitch + x;
+    unsigned int vy = *py, vu = 0, vv = 0;
+    if (has_chroma) { vu = puv[0]; vv = puv[1]; }
+    bool touched = false;
+    for (int i = 0; i < n; i++) {
+        const int* p = prims + i * 10;
+        if (x < p[0] || x > p[2] || y < p[1] || y > p[3]) continue;
+        if (x > p[4] && x < p[6] && y > p[5] && y < p[7]) continue;
+        unsigned int a = p[8] < 0 ? 255u : alpha[p[8] + (long long)(y - p[1]) * (p[2] - p[0] + 1) + (x - p[0])];
+        unsigned int c = (unsigned int)p[9];
+        vy = blend_u8(vy, c & 255u, a);
+        if (has_chroma) {
+            vu = blend_u8(vu, (c >> 8) & 255u, a);
+            vv = blend_u8(vv, (c >> 16) & 255u, a);
+        }
+        touched = true;
+    }
+    if (!touched) return;
+    *py = (unsigned char)vy;
+    if (has_chroma) { puv[0] = (unsigned char)vu; puv[1] = (unsigned char)vv; }
+}

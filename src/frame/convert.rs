@@ -94,6 +94,21 @@ impl Normalize {
     }
 }
 
+/// RGB → Y, Cb, Cr codes of `color`'s matrix and range (BT.601 when untagged),
+/// rounded: the colours of drawings made on YUV pictures.
+pub fn rgb_to_yuv(rgb: [u8; 3], color: ColorInfo) -> [u8; 3] {
+    let (kr, kb) = match color.matrix {
+        Matrix::Bt709 => (0.2126f64, 0.0722f64),
+        Matrix::Bt2020 => (0.2627, 0.0593),
+        Matrix::Bt601 | Matrix::Unspecified => (0.299, 0.114),
+    };
+    let [r, g, b] = rgb.map(|v| v as f64 / 255.0);
+    let y = kr * r + (1.0 - kr - kb) * g + kb * b;
+    let (cb, cr) = ((b - y) / (2.0 * (1.0 - kb)), (r - y) / (2.0 * (1.0 - kr)));
+    let (yc, cc, y0) = if color.full_range { (255.0, 255.0, 0.0) } else { (219.0, 224.0, 16.0) };
+    [y0 + yc * y, 128.0 + cc * cb, 128.0 + cc * cr].map(|v| v.round().clamp(0.0, 255.0) as u8)
+}
+
 /// YUV → RGB constants in the 0–255 domain: `(y_off, y_mul, c_mul, k_rv, k_gu, k_gv, k_bu)`.
 pub fn color_coefficients(color: ColorInfo) -> (f32, f32, f32, f32, f32, f32, f32) {
     let (kr, kb) = match color.matrix {
@@ -374,6 +389,28 @@ mod tests {
         let mut out = vec![f32::NAN; k.out_len()];
         preprocess_twin(k, planes, TwinOut::F32(&mut out));
         out
+    }
+
+    /// rgb_to_yuv is the textbook forward transform, and the kernels' YUV → RGB
+    /// constants bring its codes back to the colour within rounding.
+    #[test]
+    fn rgb_to_yuv_round_trips_through_the_inverse() {
+        for matrix in [Matrix::Bt601, Matrix::Bt709, Matrix::Bt2020, Matrix::Unspecified] {
+            for full in [false, true] {
+                let c = color(matrix, full);
+                let (y_off, y_mul, c_mul, k_rv, k_gu, k_gv, k_bu) = color_coefficients(c);
+                for rgb in [[0u8, 0, 0], [255, 255, 255], [255, 0, 80], [0, 255, 0], [255, 200, 0], [0, 200, 255], [17, 99, 201]] {
+                    let yuv = rgb_to_yuv(rgb, c);
+                    assert_eq!(yuv, forward(rgb.map(f64::from), matrix, full), "{matrix:?} full={full} {rgb:?}");
+                    let (y, u, v) = ((yuv[0] as f32 - y_off) * y_mul, (yuv[1] as f32 - 128.0) * c_mul, (yuv[2] as f32 - 128.0) * c_mul);
+                    let back = [y + k_rv * v, y - k_gu * u - k_gv * v, y + k_bu * u];
+                    for k in 0..3 {
+                        let d = (back[k].clamp(0.0, 255.0) - rgb[k] as f32).abs();
+                        assert!(d <= 2.5, "{matrix:?} full={full} {rgb:?} -> {yuv:?} -> {back:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

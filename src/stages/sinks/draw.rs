@@ -110,32 +110,37 @@ fn text_width(font: &FontVec, size: f32, text: &str) -> f32 {
     text.chars().map(|c| f.h_advance(f.glyph_id(c))).sum()
 }
 
-/// `text` in `color` with its top-left corner at (x, y), blended by coverage.
-fn text<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, font: &FontVec, size: f32, x: f32, y: f32, s: &str, color: Rgb<u8>) {
+/// The coverage of each pixel of `s` set with its top-left corner at (x, y),
+/// glyph by glyph: `put(px, py, coverage)`.
+pub(super) fn glyphs(font: &FontVec, size: f32, x: f32, y: f32, s: &str, mut put: impl FnMut(i32, i32, f32)) {
     let scale = PxScale::from(size);
     let f = font.as_scaled(scale);
     let mut caret = x;
-    let (w, h) = (img.width() as i32, img.height() as i32);
     for c in s.chars() {
         let id = f.glyph_id(c);
         let glyph = id.with_scale_and_position(scale, point(caret, y + f.ascent()));
         caret += f.h_advance(id);
         let Some(outline) = font.outline_glyph(glyph) else { continue };
         let b = outline.px_bounds();
-        outline.draw(|gx, gy, cov| {
-            let (px, py) = (b.min.x as i32 + gx as i32, b.min.y as i32 + gy as i32);
-            if (0..w).contains(&px) && (0..h).contains(&py) {
-                let p = img.get_pixel_mut(px as u32, py as u32);
-                for k in 0..3 {
-                    p.0[k] = (p.0[k] as f32 * (1.0 - cov) + color.0[k] as f32 * cov).round() as u8;
-                }
-            }
-        });
+        outline.draw(|gx, gy, cov| put(b.min.x as i32 + gx as i32, b.min.y as i32 + gy as i32, cov));
     }
 }
 
+/// `text` in `color` with its top-left corner at (x, y), blended by coverage.
+fn text<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, font: &FontVec, size: f32, x: f32, y: f32, s: &str, color: Rgb<u8>) {
+    let (w, h) = (img.width() as i32, img.height() as i32);
+    glyphs(font, size, x, y, s, |px, py, cov| {
+        if (0..w).contains(&px) && (0..h).contains(&py) {
+            let p = img.get_pixel_mut(px as u32, py as u32);
+            for k in 0..3 {
+                p.0[k] = (p.0[k] as f32 * (1.0 - cov) + color.0[k] as f32 * cov).round() as u8;
+            }
+        }
+    });
+}
+
 /// Black or white, whichever reads better on `bg`.
-fn ink_for(bg: Rgb<u8>) -> Rgb<u8> {
+pub(super) fn ink_for(bg: Rgb<u8>) -> Rgb<u8> {
     let l = 0.299 * bg.0[0] as f32 + 0.587 * bg.0[1] as f32 + 0.114 * bg.0[2] as f32;
     if l > 140.0 { Rgb([0, 0, 0]) } else { Rgb([255, 255, 255]) }
 }
@@ -145,22 +150,42 @@ fn ink_for(bg: Rgb<u8>) -> Rgb<u8> {
 /// whole-frame classes stacked at the top-left corner. Labels never cover the
 /// outline itself.
 pub fn draw<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, marks: &[Mark], thickness: u32, font: Option<&FontVec>) {
-    let size = (img.height() as f32 / 40.0).clamp(12.0, 32.0);
-    let band = size.ceil() as i64 + 2;
-    let t = thickness as i64;
-    let mut corner_y = 0i64;
     for m in marks {
         if let Some(b) = m.bbox {
             rectangle(img, b, m.color, thickness);
         }
     }
     let Some(font) = font else { return };
+    for l in labels(marks, img.height(), thickness, font) {
+        fill(img, l.x0, l.y0, l.x0 + l.width - 1, l.y0 + l.band - 1, l.mark.color);
+        text(img, font, l.size, l.x0 as f32 + 2.0, l.y0 as f32 + 1.0, &l.mark.label, ink_for(l.mark.color));
+    }
+}
+
+/// Where a mark's label goes: a band `width` x `band` at (x0, y0), text `size` px.
+pub(super) struct Label<'a> {
+    pub mark: &'a Mark,
+    pub x0: i64,
+    pub y0: i64,
+    pub width: i64,
+    pub band: i64,
+    pub size: f32,
+}
+
+/// The labels of `marks` on a picture `height` px high, in drawing order:
+/// above the outline (inside just under its top edge when there is no room),
+/// whole-frame classes stacked at the top-left corner.
+pub(super) fn labels<'a>(marks: &'a [Mark], height: u32, thickness: u32, font: &FontVec) -> Vec<Label<'a>> {
+    let size = (height as f32 / 40.0).clamp(12.0, 32.0);
+    let band = size.ceil() as i64 + 2;
+    let t = thickness as i64;
+    let mut corner_y = 0i64;
+    let mut out = Vec::new();
     for m in marks.iter().filter(|m| !m.label.is_empty()) {
         let width = text_width(font, size, &m.label).ceil() as i64 + 4;
         let (x0, y0) = match m.bbox {
             Some(b) => {
                 let (x, top) = (b[0].round() as i64 - t + 1, b[1].round() as i64 - t);
-                // Above the outline, or inside just under it.
                 if top - band >= 0 { (x, top - band) } else { (x, b[1].round() as i64 + 1) }
             }
             None => {
@@ -169,9 +194,9 @@ pub fn draw<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, marks: &[Mark], thi
                 (0, y)
             }
         };
-        fill(img, x0, y0, x0 + width - 1, y0 + band - 1, m.color);
-        text(img, font, size, x0 as f32 + 2.0, y0 as f32 + 1.0, &m.label, ink_for(m.color));
+        out.push(Label { mark: m, x0, y0, width, band, size });
     }
+    out
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 pub mod draw;
 pub mod images;
 pub mod ndjson;
+pub mod overlay;
 pub mod subtitles;
 pub mod video;
 
