@@ -15,18 +15,20 @@
 #   5. a pipeline on GPU vs CPU: NVDEC + CUDA kernel, software + CUDA kernel,
 #      software + CPU preprocess, and NVDEC + kernel with io_binding = "on"
 #      (device tensors into the bound input); results compared frame by frame
-#   6. bench: preprocess and end-to-end throughput, CPU path vs GPU path
-#   7. with ONNX Runtime's GPU build (scripts/gpu-bundle.sh --cuda-ep): the
+#   6. an annotated video from NVDEC frames (NVENC in place where it
+#      exists, results drawn on the GPU; else one download), read back
+#   7. bench: preprocess and end-to-end throughput, CPU path vs GPU path
+#   8. with ONNX Runtime's GPU build (scripts/gpu-bundle.sh --cuda-ep): the
 #      CUDA provider, its device-memory bindings (unit test and pipeline),
 #      results against the CPU provider, the loud TensorRT fallback, fps
 #
-#   scripts/gpu-check.sh --only cuda-ep [BUNDLE]     step 7 alone
+#   scripts/gpu-check.sh --only cuda-ep [BUNDLE]     step 8 alone
 #   scripts/gpu-check.sh --only stash                keep the GPU build's parts, nothing else
 #
 # The GPU build comes in parts (.gpu-bundle/ort-cuda/part-NN, 40 MiB each) and
 # with the bundle is more than one device call carries (64 MiB): each run
 # keeps the parts it finds in $GPU_STASH (default /tmp/infer-stream-stash,
-# which outlives a call on a machine kept warm), and step 7 runs once all of
+# which outlives a call on a machine kept warm), and step 8 runs once all of
 # them are there. So: one call carries .gpu-bundle/ort-cuda and runs
 # `--only stash`; the next, at once, carries the bundle and runs the checks.
 set -uo pipefail
@@ -144,6 +146,22 @@ if total == 0 or matched < 0.9 * total or worst < 0.8: ok = False
 sys.exit(0 if ok else 1)
 PY
 
+step "annotated video from NVDEC frames"
+# codec = "auto": where NVENC exists it encodes the device frames in place,
+# results drawn by the overlay kernel; elsewhere (H100/H200) each frame is
+# downloaded once for libx264. Either way the log must say which, and the
+# file must read back with every frame.
+sed -e 's/^hwaccel = .*/hwaccel = "cuda"/' -e 's/^codec = .*/codec = "auto"/' "$P/annotate.toml" >"$P/annotate-gpu.toml"
+check "run annotate-gpu (NVENC in place, or one download + libx264: said)" 12 \
+  expect 'encodes the device frames in place|h264_nvenc unusable here' \
+  env ANNOTATE_INPUT="$WORK/samples/text-720p.mp4" ANNOTATE_OUTPUT="$OUT/annotated-gpu.mp4" ANNOTATE_NDJSON="$OUT/annotate-gpu.ndjson" \
+  timeout 300 "$BIN" run "$P/annotate-gpu.toml" --progress never
+printf '[pipeline]\nname = "readback"\n[sources.v]\nkind = "file"\nuri = "%s"\n[sinks.n]\nkind = "null"\ninputs = ["v"]\n' \
+  "$OUT/annotated-gpu.mp4" >"$P/readback.toml"
+want=$(wc -l <"$OUT/annotate-gpu.ndjson" 2>/dev/null || echo 0)
+check "annotated video reads back with all $want frames" 3 expect "frames: decoded $want = processed $want " \
+  timeout 120 "$BIN" run "$P/readback.toml" --progress never
+
 step "bench: CPU path vs GPU path"
 for v in gpu-cpu gpu; do
   echo "--- $v"
@@ -152,17 +170,17 @@ done
 
 fi # ONLY == all
 
-# Step 7's pieces: the GPU build of ONNX Runtime, once all its parts are here,
+# Step 8's pieces: the GPU build of ONNX Runtime, once all its parts are here,
 # and the CUDA 13 libraries it needs (cuBLAS, cuRAND, runtime; cuDNN, cuFFT
 # when a model asks), found in the host's Python packages or CUDA toolkit.
 unpack_ort_cuda() {
-  [[ -f $STASH/SHA256 ]] || { echo "no GPU build of ONNX Runtime carried: step 7 skipped (scripts/gpu-bundle.sh --cuda-ep makes one)"; return 1; }
+  [[ -f $STASH/SHA256 ]] || { echo "no GPU build of ONNX Runtime carried: step 8 skipped (scripts/gpu-bundle.sh --cuda-ep makes one)"; return 1; }
   local want got
   want=$(cut -d' ' -f1 "$STASH/SHA256")
   got=$(cat "$STASH"/part-* | sha256sum | cut -d' ' -f1)
   if [[ $got != "$want" ]]; then
     echo "parts of the GPU build here: $(cd "$STASH" && echo part-*); not all of them yet (sha256 differs)."
-    echo "carry the others in another call while this machine is warm: step 7 skipped"
+    echo "carry the others in another call while this machine is warm: step 8 skipped"
     return 1
   fi
   rm -rf "$WORK/ort-cuda" && mkdir -p "$WORK/ort-cuda" && cat "$STASH"/part-* | xz -d | tar -C "$WORK/ort-cuda" -xf - || return 1
@@ -264,7 +282,7 @@ PY
     ortcuda timeout 300 "$BIN" bench "$P/$v.toml" --null-sinks 2>&1 | grep -E 'fps|bottleneck|pre |det |cam ' | head -12
   done
 elif [[ $ONLY == cuda-ep ]]; then
-  echo "[FAIL] step 7 asked for but could not run"; FAILS=$((FAILS + 1))
+  echo "[FAIL] step 8 asked for but could not run"; FAILS=$((FAILS + 1))
 fi
 
 step "summary"

@@ -437,6 +437,85 @@ impl Drop for HwDevice {
     }
 }
 
+/// A pool of NV12 pictures in device memory on an [`HwDevice`]
+/// (`AVHWFramesContext`), for an encoder that reads CUDA frames (NVENC):
+/// pictures are drawn on where they are and encoded without a download.
+pub struct DeviceFrames {
+    frames: *mut ffi::AVBufferRef,
+    pub width: u32,
+    pub height: u32,
+}
+
+// SAFETY: as HwDevice: the frames context is read-only after init and its
+// reference counting is atomic.
+unsafe impl Send for DeviceFrames {}
+
+impl DeviceFrames {
+    /// NV12 pictures of `w` x `h` on `device`.
+    pub fn nv12(device: &HwDevice, w: u32, h: u32) -> Result<Self, String> {
+        // SAFETY: av_hwframe_ctx_alloc takes its own reference to the device
+        // and returns a frames context whose public fields are set before
+        // av_hwframe_ctx_init, as hwcontext.h documents; on failure the one
+        // reference we hold is released.
+        unsafe {
+            let mut r = ffi::av_hwframe_ctx_alloc(device.0);
+            if r.is_null() {
+                return Err("cannot allocate FFmpeg CUDA frames".into());
+            }
+            let fc = (*r).data as *mut ffi::AVHWFramesContext;
+            (*fc).format = ffi::AVPixelFormat::AV_PIX_FMT_CUDA;
+            (*fc).sw_format = ffi::AVPixelFormat::AV_PIX_FMT_NV12;
+            (*fc).width = w as i32;
+            (*fc).height = h as i32;
+            let e = ffi::av_hwframe_ctx_init(r);
+            if e < 0 {
+                ffi::av_buffer_unref(&mut r);
+                return Err(format!("FFmpeg cannot make {w}x{h} NV12 frames on the GPU: {}", ff::Error::from(e)));
+            }
+            Ok(DeviceFrames { frames: r, width: w, height: h })
+        }
+    }
+
+    /// A free picture from the pool: device pointers and pitches of its luma
+    /// and interleaved chroma planes are in `data[0..2]` / `linesize[0..2]`
+    /// (see [`DeviceFrames::planes`]).
+    pub fn picture(&self) -> Result<ff::frame::Video, String> {
+        let mut f = ff::frame::Video::empty();
+        // SAFETY: `f` is an empty frame we own; av_hwframe_get_buffer fills it
+        // with a pooled surface and a reference to our frames context.
+        let e = unsafe { ffi::av_hwframe_get_buffer(self.frames, f.as_mut_ptr(), 0) };
+        if e < 0 {
+            return Err(format!("no free GPU picture for the encoder: {}", ff::Error::from(e)));
+        }
+        Ok(f)
+    }
+
+    /// (luma, chroma) device pointers and pitches of a picture from [`DeviceFrames::picture`].
+    pub fn planes(f: &ff::frame::Video) -> [(u64, usize); 2] {
+        // SAFETY: reads two pointers and pitches of a frame we hold; no pixel is touched.
+        unsafe {
+            let p = f.as_ptr();
+            [((*p).data[0] as u64, (*p).linesize[0] as usize), ((*p).data[1] as u64, (*p).linesize[1] as usize)]
+        }
+    }
+
+    /// Copy a host NV12 picture `src` of this size into the device picture `dst`.
+    pub fn upload(dst: &mut ff::frame::Video, src: &ff::frame::Video) -> Result<(), String> {
+        // SAFETY: `dst` is a CUDA frame from this pool and `src` a host NV12
+        // frame of the same size; av_hwframe_transfer_data copies between them
+        // in the frames context's CUDA context and checks both.
+        let e = unsafe { ffi::av_hwframe_transfer_data(dst.as_mut_ptr(), src.as_ptr(), 0) };
+        if e < 0 { Err(format!("cannot copy a picture to the GPU: {}", ff::Error::from(e))) } else { Ok(()) }
+    }
+}
+
+impl Drop for DeviceFrames {
+    fn drop(&mut self) {
+        // SAFETY: we hold one reference, released once.
+        unsafe { ffi::av_buffer_unref(&mut self.frames) };
+    }
+}
+
 /// Does `codec` decode through a CUDA device context?
 fn codec_has_cuda(codec: *const ffi::AVCodec) -> bool {
     for i in 0.. {
@@ -973,15 +1052,40 @@ fn open_encoder(
     h: u32,
     tb: ff::Rational,
     global_header: bool,
+    input: Option<(&DeviceFrames, ColorInfo)>,
 ) -> Result<ff::encoder::Video, String> {
+    use ff::color::{Range, Space};
     let codec = ff::codec::encoder::find_by_name(name).ok_or_else(|| format!("unknown video encoder `{name}`"))?;
     let mut enc = ff::codec::context::Context::new_with_codec(codec).encoder().video().map_err(|e| format!("{name}: {e}"))?;
     enc.set_width(w);
     enc.set_height(h);
-    enc.set_format(Pixel::YUV420P);
     enc.set_time_base(tb);
-    enc.set_colorspace(ff::color::Space::SMPTE170M);
-    enc.set_color_range(ff::color::Range::MPEG);
+    match input {
+        None => {
+            enc.set_format(Pixel::YUV420P);
+            enc.set_colorspace(Space::SMPTE170M);
+            enc.set_color_range(Range::MPEG);
+        }
+        Some((frames, color)) => {
+            // The decoded pictures go in as they are: tagged with their own matrix and range.
+            enc.set_format(Pixel::CUDA);
+            enc.set_colorspace(match color.matrix {
+                Matrix::Bt709 => Space::BT709,
+                Matrix::Bt2020 => Space::BT2020NCL,
+                Matrix::Bt601 | Matrix::Unspecified => Space::SMPTE170M,
+            });
+            enc.set_color_range(if color.full_range { Range::JPEG } else { Range::MPEG });
+            // SAFETY: an unopened encoder context we own; it takes its own
+            // reference to the frames context, released by avcodec_free_context.
+            unsafe {
+                let c = enc.as_mut_ptr();
+                (*c).hw_frames_ctx = ffi::av_buffer_ref(frames.frames);
+                if (*c).hw_frames_ctx.is_null() {
+                    return Err("out of memory".into());
+                }
+            }
+        }
+    }
     if global_header {
         enc.set_flags(ff::codec::Flags::GLOBAL_HEADER);
     }
@@ -1004,7 +1108,7 @@ pub fn choose_encoder(s: &EncoderSettings) -> Result<ChosenEncoder, String> {
         let level = unsafe { ffi::av_log_get_level() };
         // SAFETY: as above.
         unsafe { ffi::av_log_set_level(ffi::AV_LOG_QUIET) };
-        let r = open_encoder(name, &options, 256, 144, ff::Rational::new(1, 25), false).map(|_| options);
+        let r = open_encoder(name, &options, 256, 144, ff::Rational::new(1, 25), false, None).map(|_| options);
         // SAFETY: restores the level read above.
         unsafe { ffi::av_log_set_level(level) };
         r
@@ -1057,20 +1161,22 @@ unsafe impl Send for VideoEncoder {}
 impl VideoEncoder {
     /// Create `target` (a path, or `pipe:1` for stdout) in container `muxer` with
     /// one `w`x`h` stream in time base `tb` (the source's), and write its header.
+    /// `input`: NV12 pictures in device memory (NVENC) of that colour, rather
+    /// than host YUV 4:2:0 pictures.
     pub fn create(
         target: &str,
         muxer: &str,
         muxer_options: &[(String, String)],
         encoder: &ChosenEncoder,
-        w: u32,
-        h: u32,
+        (w, h): (u32, u32),
         tb: (i32, i32),
+        input: Option<(&DeviceFrames, ColorInfo)>,
     ) -> Result<Self, String> {
         init();
         let mut octx = ff::format::output_as(&target, muxer).map_err(|e| format!("cannot create {target}: {e}"))?;
         let global_header = octx.format().flags().contains(ff::format::Flags::GLOBAL_HEADER);
         let enc_tb = ff::Rational::new(tb.0.max(1), tb.1.max(1));
-        let enc = open_encoder(&encoder.name, &encoder.options, w, h, enc_tb, global_header)?;
+        let enc = open_encoder(&encoder.name, &encoder.options, w, h, enc_tb, global_header, input)?;
         let codec = ff::codec::encoder::find_by_name(&encoder.name);
         let mut ost = octx.add_stream(codec).map_err(|e| format!("{target}: cannot add a stream: {e}"))?;
         ost.set_parameters(&enc);
@@ -1094,7 +1200,7 @@ impl VideoEncoder {
         })
     }
 
-    /// An empty picture of the encoder's size and format to fill.
+    /// An empty host picture of the encoder's size to fill (YUV 4:2:0).
     pub fn picture(&self) -> ff::frame::Video {
         ff::frame::Video::new(Pixel::YUV420P, self.width, self.height)
     }

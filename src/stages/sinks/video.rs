@@ -6,6 +6,13 @@
 //! frame at that frame's size; later frames of another size (a mid-stream
 //! change) are scaled to it. `finish` flushes the encoder and writes the
 //! trailer, so a run stopped with Ctrl-C leaves a complete file.
+//!
+//! With NVENC and NV12 device (NVDEC) frames, a stream is encoded where its
+//! frames are: each is copied device to device into the encoder's own
+//! surface, the results are drawn there by the `overlay_nv12` kernel, and
+//! NVENC reads it; nothing is downloaded. Elsewhere (no NVENC, 10-bit
+//! frames, host frames) frames are drawn and converted on the CPU from one
+//! host copy.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +33,19 @@ struct Output {
     to_rgb: Option<Scaler>,
     /// Source (or the drawn RGB picture) → YUV 4:2:0 at the output size.
     to_yuv: Option<Scaler>,
+    /// Set when NVENC reads this stream's pictures from device memory.
+    #[cfg(feature = "cuda")]
+    device: Option<DeviceOut>,
+}
+
+/// NVENC fed from device memory: the encoder's surfaces and the GPU they are on.
+#[cfg(feature = "cuda")]
+struct DeviceOut {
+    frames: crate::backend::ffmpeg::DeviceFrames,
+    gpu: Arc<crate::backend::cuda::Gpu>,
+    /// Frames that cannot be copied as they are (host, another size): → NV12 on the host.
+    to_nv12: Option<Scaler>,
+    _device: crate::backend::ffmpeg::HwDevice,
 }
 
 pub struct VideoSink {
@@ -123,13 +143,134 @@ impl VideoSink {
             let target = if self.templated { target_for(&self.target, &frame.stream) } else { self.target.clone() };
             // 4:2:0 needs even sizes.
             let (w, h) = ((img.width & !1).max(2), (img.height & !1).max(2));
-            let enc = VideoEncoder::create(&target, self.container.muxer(), &self.muxer_options, &self.encoder, w, h, frame.time_base)
-                .map_err(StageError::Fatal)?;
+            let create = |input| {
+                VideoEncoder::create(&target, self.container.muxer(), &self.muxer_options, &self.encoder, (w, h), frame.time_base, input)
+            };
+            #[cfg(feature = "cuda")]
+            let (enc, device) = match self.device_output(frame, img, w, h) {
+                Some(d) => match create(Some((&d.frames, img.color))) {
+                    Ok(enc) => {
+                        tracing::info!(
+                            "video sink `{}`: stream `{}`: {} encodes the device frames in place{}",
+                            self.name,
+                            frame.stream,
+                            self.encoder.name,
+                            if self.annotate { ", results drawn on the GPU" } else { "" }
+                        );
+                        (enc, Some(d))
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "video sink `{}`: stream `{}`: {} does not take device frames here ({e}): each frame is downloaded and encoded from the host",
+                            self.name,
+                            frame.stream,
+                            self.encoder.name
+                        );
+                        (create(None).map_err(StageError::Fatal)?, None)
+                    }
+                },
+                None => (create(None).map_err(StageError::Fatal)?, None),
+            };
+            #[cfg(not(feature = "cuda"))]
+            let enc = create(None).map_err(StageError::Fatal)?;
             tracing::debug!("video sink `{}`: {target}: {w}x{h} {} in {}", self.name, self.encoder.name, self.container.muxer());
-            self.outputs.insert(frame.stream.clone(), Output { target, enc, to_rgb: None, to_yuv: None });
+            self.outputs.insert(
+                frame.stream.clone(),
+                Output {
+                    target,
+                    enc,
+                    to_rgb: None,
+                    to_yuv: None,
+                    #[cfg(feature = "cuda")]
+                    device,
+                },
+            );
         }
         Ok(self.outputs.get_mut(&frame.stream).expect("inserted above"))
     }
+}
+
+#[cfg(feature = "cuda")]
+impl VideoSink {
+    /// NVENC surfaces for a stream whose first frame `img` is on the device,
+    /// when the encoder can read them; said loudly when it cannot.
+    fn device_output(&self, frame: &Frame, img: &Image, w: u32, h: u32) -> Option<DeviceOut> {
+        let Storage::Device(d) = &img.storage else { return None };
+        if !self.encoder.name.ends_with("_nvenc") {
+            return None;
+        }
+        let why = if img.format != Pixel::NV12 {
+            format!("{:?} frames are not 8-bit NV12, which is what NVENC reads here", img.format)
+        } else {
+            match crate::backend::nvdec::hw_device(&d.gpu)
+                .and_then(|hw| crate::backend::ffmpeg::DeviceFrames::nv12(&hw, w, h).map(|f| (hw, f)))
+            {
+                Ok((hw, frames)) => return Some(DeviceOut { frames, gpu: d.gpu.clone(), to_nv12: None, _device: hw }),
+                Err(e) => e,
+            }
+        };
+        tracing::warn!("video sink `{}`: stream `{}`: {why}: each frame is downloaded and encoded from the host", self.name, frame.stream);
+        None
+    }
+}
+
+/// Encode `img` on the device: copied into a surface of the encoder (or
+/// uploaded, when it is not an NV12 device frame of this size), `marks`
+/// drawn there by the overlay kernel, then handed to NVENC.
+#[cfg(feature = "cuda")]
+fn write_on_device(
+    dev: &mut DeviceOut,
+    enc: &mut VideoEncoder,
+    img: &Arc<Image>,
+    marks: &[draw::Mark],
+    pts: Option<i64>,
+    pool: &Pool<u8>,
+) -> Result<(), StageError> {
+    use crate::backend::ffmpeg::DeviceFrames;
+    let gpu_err = |e: crate::backend::cuda::GpuError| StageError::Fatal(format!("GPU: {e}"));
+    let (w, h) = (enc.width, enc.height);
+    let mut pic = dev.frames.picture().map_err(StageError::Fatal)?;
+    let [(py, y_pitch), (puv, uv_pitch)] = DeviceFrames::planes(&pic);
+    let gpu = dev.gpu.clone();
+    let as_is = match &img.storage {
+        Storage::Device(d) if img.format == Pixel::NV12 && img.width >= w && img.height >= h && Arc::ptr_eq(&d.gpu, &gpu) => Some(d),
+        _ => None,
+    };
+    // Kept until the GPU is done with it.
+    let mut staged = None;
+    match as_is {
+        Some(d) => {
+            gpu.copy_2d(d.planes[0], d.pitches[0], py, y_pitch, w as usize, h as usize).map_err(gpu_err)?;
+            gpu.copy_2d(d.planes[1], d.pitches[1], puv, uv_pitch, w as usize, h as usize / 2).map_err(gpu_err)?;
+        }
+        None => {
+            let host = crate::stages::on_host(img, pool).map_err(StageError::Frame)?;
+            let mut nv12 = ffmpeg_next::frame::Video::new(Pixel::NV12, w, h);
+            scaler(&mut dev.to_nv12, &host, w, h, Pixel::NV12)?.run_into(&host, &mut nv12).map_err(StageError::Frame)?;
+            DeviceFrames::upload(&mut pic, &nv12).map_err(StageError::Fatal)?;
+            staged = Some(nv12);
+        }
+    }
+    if !marks.is_empty() {
+        // Results are in source pixels; a frame scaled to the output moves them too.
+        let (sx, sy) = if as_is.is_some() { (1.0, 1.0) } else { (w as f32 / img.width as f32, h as f32 / img.height as f32) };
+        let scaled: Vec<draw::Mark>;
+        let marks = if (sx, sy) == (1.0, 1.0) {
+            marks
+        } else {
+            scaled = marks
+                .iter()
+                .map(|m| draw::Mark { bbox: m.bbox.map(|b| [b[0] * sx, b[1] * sy, b[2] * sx, b[3] * sy]), ..m.clone() })
+                .collect();
+            &scaled
+        };
+        let o = super::overlay::layout(marks, h, (h / 180).max(2), draw::font(), img.color);
+        gpu.overlay_nv12(py, y_pitch, puv, uv_pitch, w as usize, h as usize, &o.prims, &o.alpha).map_err(gpu_err)?;
+    }
+    // The picture is complete before NVENC reads it.
+    gpu.sync().map_err(gpu_err)?;
+    drop(staged);
+    enc.push(pic, pts).map_err(StageError::Fatal)
 }
 
 /// Reuse `slot` if it converts `src` to `w`x`h` `fmt`, else build a new scaler.
@@ -159,11 +300,15 @@ impl Sink for VideoSink {
         if self.only.as_deref().is_some_and(|s| s != &*frame.stream) {
             return Ok(());
         }
-        // Device (NVDEC) frames are downloaded once: H100/H200 have no NVENC to encode them in place.
-        let img = crate::stages::on_host(&img, &self.pool).map_err(StageError::Frame)?;
         let marks = if self.annotate { draw::marks(frame) } else { Vec::new() };
         let pool = self.pool.clone();
         let out = self.output(frame, &img)?;
+        #[cfg(feature = "cuda")]
+        if let Some(dev) = out.device.as_mut() {
+            return write_on_device(dev, &mut out.enc, &img, &marks, frame.pts, &pool);
+        }
+        // Without NVENC on the device: one host copy of a device frame, shared with other CPU consumers.
+        let img = crate::stages::on_host(&img, &pool).map_err(StageError::Frame)?;
         let (w, h) = (out.enc.width, out.enc.height);
         let mut picture = out.enc.picture();
         if marks.is_empty() {
