@@ -1012,6 +1012,20 @@ pub struct ChosenEncoder {
     pub note: Option<String>,
 }
 
+/// The NVENC preset nearest a libx264 one.
+fn x264_to_nvenc_preset(p: &str) -> Option<&'static str> {
+    Some(match p {
+        "ultrafast" | "superfast" => "p1",
+        "veryfast" => "p2",
+        "faster" | "fast" => "p3",
+        "medium" => "p4",
+        "slow" => "p5",
+        "slower" => "p6",
+        "veryslow" | "placebo" => "p7",
+        _ => return None,
+    })
+}
+
 fn encoder_options(name: &str, s: &EncoderSettings) -> Vec<(String, String)> {
     let mut o = Vec::new();
     match name {
@@ -1020,7 +1034,13 @@ fn encoder_options(name: &str, s: &EncoderSettings) -> Vec<(String, String)> {
             o.push(("crf".into(), s.crf.unwrap_or(23).to_string()));
         }
         n if n.ends_with("_nvenc") => {
-            o.push(("preset".into(), s.preset.clone().unwrap_or_else(|| "p4".into())));
+            // `codec = "auto"` with a libx264 preset: NVENC's nearest (p1 fastest … p7 best).
+            let preset = match s.preset.as_deref() {
+                None => "p4".to_string(),
+                Some(p) if s.codec == "auto" => x264_to_nvenc_preset(p).unwrap_or(p).to_string(),
+                Some(p) => p.to_string(),
+            };
+            o.push(("preset".into(), preset));
             o.push(("rc".into(), "vbr".into()));
             o.push(("cq".into(), s.crf.unwrap_or(23).to_string()));
         }
@@ -1265,5 +1285,29 @@ impl VideoEncoder {
         self.encoder.send_eof().map_err(|e| format!("{}: flushing the encoder: {e}", self.target))?;
         self.drain()?;
         self.octx.write_trailer().map_err(|e| format!("{}: writing the trailer: {e}", self.target))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(codec: &str, preset: Option<&str>) -> EncoderSettings {
+        EncoderSettings { codec: codec.into(), preset: preset.map(str::to_string), crf: Some(20) }
+    }
+
+    /// `auto` with a libx264 preset gives NVENC its nearest preset (NVENC
+    /// refuses libx264's names); a preset named for NVENC itself is kept as written.
+    #[test]
+    fn auto_translates_libx264_presets_for_nvenc() {
+        let get = |o: Vec<(String, String)>, k: &str| o.into_iter().find(|(n, _)| n == k).map(|(_, v)| v);
+        assert_eq!(get(encoder_options("h264_nvenc", &settings("auto", Some("veryfast"))), "preset").as_deref(), Some("p2"));
+        assert_eq!(get(encoder_options("h264_nvenc", &settings("auto", Some("veryslow"))), "preset").as_deref(), Some("p7"));
+        assert_eq!(get(encoder_options("h264_nvenc", &settings("auto", Some("p5"))), "preset").as_deref(), Some("p5"));
+        assert_eq!(get(encoder_options("h264_nvenc", &settings("auto", None)), "preset").as_deref(), Some("p4"));
+        assert_eq!(get(encoder_options("h264_nvenc", &settings("h264_nvenc", Some("veryfast"))), "preset").as_deref(), Some("veryfast"));
+        assert_eq!(get(encoder_options("h264_nvenc", &settings("auto", Some("veryfast"))), "cq").as_deref(), Some("20"));
+        // libx264 keeps its own names.
+        assert_eq!(get(encoder_options("libx264", &settings("auto", Some("veryfast"))), "preset").as_deref(), Some("veryfast"));
     }
 }
