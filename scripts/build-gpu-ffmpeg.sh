@@ -5,7 +5,9 @@
 # libavformat.so.59, libavutil.so.57, libswscale.so.6, libswresample.so.4), so
 # the binary built here against Debian's FFmpeg loads these instead through
 # LD_LIBRARY_PATH. Only what the GPU check needs: the common demuxers,
-# parsers and decoders, NVDEC (CUDA) hwaccels, swscale and swresample; no
+# parsers and decoders, NVDEC (CUDA) hwaccels, the NVENC encoders and FFmpeg's
+# own MPEG-4 encoder (the CPU encode after a download; libx264 is an external
+# library), the mp4/Matroska/MPEG-TS muxers, swscale and swresample; no
 # external libraries, so the five libraries travel alone (a few MiB).
 #
 # Output: .deps/ffmpeg-gpu/lib/*.so.* ; the source comes from Debian's source
@@ -15,7 +17,22 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 PREFIX="$PWD/.deps/ffmpeg-gpu"
-if [[ -f "$PREFIX/lib/libavcodec.so.59" ]]; then
+CONFIG=(
+  --enable-shared --disable-static --disable-programs --disable-doc
+  --disable-autodetect --disable-everything
+  --disable-avdevice --disable-avfilter --disable-postproc
+  --enable-avcodec --enable-avformat --enable-swscale --enable-swresample
+  --enable-ffnvcodec --enable-nvdec --enable-nvenc
+  --enable-protocol=file,pipe
+  --enable-demuxer=mov,matroska,mpegts,nut,h264,hevc,rawvideo,wav,mp3,flac,ogg,aac
+  --enable-parser=h264,hevc,mpeg4video,vp9,aac,mpegaudio,flac,opus,vorbis
+  --enable-decoder=h264,hevc,mpeg4,vp9,rawvideo,aac,mp3,flac,opus,vorbis,pcm_s16le,pcm_f32le
+  --enable-hwaccel=h264_nvdec,hevc_nvdec,mpeg4_nvdec,vp9_nvdec
+  --enable-encoder=h264_nvenc,hevc_nvenc,mpeg4
+  --enable-muxer=mp4,matroska,mpegts
+  --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,vp9_superframe_split
+)
+if [[ -f "$PREFIX/lib/libavcodec.so.59" && "$(cat "$PREFIX/CONFIG" 2>/dev/null)" == "${CONFIG[*]}" ]]; then
   log "GPU FFmpeg: already built in $PREFIX"
   exit 0
 fi
@@ -50,20 +67,10 @@ log "GPU FFmpeg: configuring $SRCDIR"
 BUILD="$WORK/build"
 rm -rf "$BUILD" && mkdir -p "$BUILD"
 cd "$BUILD"
-"$SRCDIR/configure" --prefix="$PREFIX" \
-  --enable-shared --disable-static --disable-programs --disable-doc \
-  --disable-autodetect --disable-everything \
-  --disable-avdevice --disable-avfilter --disable-postproc \
-  --enable-avcodec --enable-avformat --enable-swscale --enable-swresample \
-  --enable-ffnvcodec --enable-nvdec \
-  --enable-protocol=file,pipe \
-  --enable-demuxer=mov,matroska,mpegts,nut,h264,hevc,rawvideo,wav,mp3,flac,ogg,aac \
-  --enable-parser=h264,hevc,mpeg4video,vp9,aac,mpegaudio,flac,opus,vorbis \
-  --enable-decoder=h264,hevc,mpeg4,vp9,rawvideo,aac,mp3,flac,opus,vorbis,pcm_s16le,pcm_f32le \
-  --enable-hwaccel=h264_nvdec,hevc_nvdec,mpeg4_nvdec,vp9_nvdec \
-  --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,vp9_superframe_split \
-  >configure.log
+"$SRCDIR/configure" --prefix="$PREFIX" "${CONFIG[@]}" >configure.log
 make -j"$(nproc)" >make.log 2>&1 || { tail -30 make.log; exit 1; }
+rm -rf "$PREFIX/lib"
 make install >/dev/null
+echo "${CONFIG[*]}" >"$PREFIX/CONFIG"
 du -sh "$PREFIX/lib"
 log "GPU FFmpeg: built into $PREFIX/lib"
