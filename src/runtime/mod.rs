@@ -125,6 +125,7 @@ impl Edge {
                                     old.ticket.dropped();
                                     self.to.queued.fetch_sub(1, Ordering::Relaxed);
                                     self.to.dropped.fetch_add(1, Ordering::Relaxed);
+                                    self.to.stream(&old.stream, StreamEvent::Dropped);
                                 }
                                 Ok(Msg::Event(e)) => events.push(e),
                                 Err(_) => {}

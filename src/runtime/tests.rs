@@ -102,6 +102,31 @@ fn linear(on_error: &str, queue: &str, source: u64, stage: Flaky, sink_delay: Du
     (report, seen)
 }
 
+/// The sink's dropped frames of stream `cam`, as its per-stream counters say.
+fn sink_stream_dropped(queue: &str) -> (u64, u64) {
+    let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", queue);
+    let bodies = vec![
+        Body::Source(Box::new(Counter(200))),
+        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO })),
+        Body::Sink(Box::new(Recorder(Seen::default(), Duration::from_millis(2)))),
+    ];
+    let p = pipeline(&toml, bodies);
+    let stats = p.stats().to_vec();
+    let r = p.run(Shutdown::new(), Arc::new(Accounting::default()), None);
+    let per_stream: u64 = stats[2].stream_counts().iter().map(|(_, c)| c[2]).sum();
+    (r.nodes[2].dropped, per_stream)
+}
+
+/// Either drop policy counts each dropped frame for its stream too.
+#[test]
+fn dropped_frames_are_counted_per_stream_under_both_policies() {
+    for policy in ["drop_oldest", "drop_newest"] {
+        let (node, per_stream) = sink_stream_dropped(&format!("queue = {{ capacity = 2, when_full = \"{policy}\" }}"));
+        assert!(node > 0, "{policy}: something was dropped");
+        assert_eq!(per_stream, node, "{policy}: per-stream dropped = node dropped");
+    }
+}
+
 #[test]
 fn skip_policy_counts_failed_frames_and_goes_on() {
     let (r, seen) = linear("", "", 20, Flaky { fail_every: 4, panic_at: None, delay: Duration::ZERO }, Duration::ZERO);
