@@ -59,6 +59,16 @@ check() { # check NAME LINES CMD...: run, print the last LINES lines of its outp
   if [[ $rc == 0 ]]; then echo "[PASS] $name"; else echo "[FAIL] $name (exit $rc)"; FAILS=$((FAILS + 1)); fi
 }
 
+# expect PATTERN CMD...: run CMD; pass only if it exits 0 and prints PATTERN (a skipped GPU test does not pass).
+expect() {
+  local pat=$1; shift
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  [[ $rc == 0 ]] || return $rc
+  grep -qE "$pat" <<<"$out" || { echo "expected output matching: $pat"; return 1; }
+}
+
 step "bundle"
 rm -rf "$WORK" && mkdir -p "$WORK" && tar -C "$WORK" -xJf "$BUNDLE" || { echo "cannot unpack $BUNDLE"; exit 1; }
 echo "built from commit $(cat "$WORK/COMMIT")"
@@ -224,15 +234,6 @@ for name in ["libcublasLt.so.13", "libcublas.so.13", "libcurand.so.10", "libcuda
         dirs.append(hit)
 print(":".join(dirs))
 PY
-}
-# expect PATTERN CMD...: run CMD; pass only if it exits 0 and prints PATTERN (a skipped GPU test does not pass).
-expect() {
-  local pat=$1; shift
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  printf '%s\n' "$out"
-  [[ $rc == 0 ]] || return $rc
-  grep -qE "$pat" <<<"$out" || { echo "expected output matching: $pat"; return 1; }
 }
 
 step "ONNX Runtime CUDA provider: device-memory bindings, results vs CPU provider"
