@@ -233,7 +233,10 @@ fn write_on_device(
     let [(py, y_pitch), (puv, uv_pitch)] = DeviceFrames::planes(&pic);
     let gpu = dev.gpu.clone();
     let as_is = match &img.storage {
-        Storage::Device(d) if img.format == Pixel::NV12 && img.width >= w && img.height >= h && Arc::ptr_eq(&d.gpu, &gpu) => Some(d),
+        // The same size as the output (an odd last row or column is left out, as 4:2:0 needs).
+        Storage::Device(d) if img.format == Pixel::NV12 && (img.width & !1, img.height & !1) == (w, h) && Arc::ptr_eq(&d.gpu, &gpu) => {
+            Some(d)
+        }
         _ => None,
     };
     // Kept until the GPU is done with it.
