@@ -438,8 +438,8 @@ impl Gpu {
         }
         // Every mask a primitive points at must lie inside `alpha`: the kernel reads it unchecked.
         for p in prims.chunks_exact(PRIM_INTS) {
-            let (pw, ph) = (p[2] as i64 - p[0] as i64 + 1, p[3] as i64 - p[1] as i64 + 1);
-            if p[8] >= 0 && (pw <= 0 || ph <= 0 || p[8] as i64 + pw * ph > alpha.len() as i64) {
+            let (pw, ph) = (p[2] as i128 - p[0] as i128 + 1, p[3] as i128 - p[1] as i128 + 1);
+            if p[8] >= 0 && (pw <= 0 || ph <= 0 || pw > i32::MAX as i128 || p[8] as i128 + pw * ph > alpha.len() as i128) {
                 return Err(GpuError::Driver(format!("an overlay mask lies outside its {} bytes", alpha.len())));
             }
         }

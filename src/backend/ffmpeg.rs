@@ -499,6 +499,28 @@ impl DeviceFrames {
         }
     }
 
+    /// Whether `encoder` takes these pictures: one is encoded by a scratch
+    /// encoder (nothing is written anywhere), so a refusal that only shows
+    /// when the first picture is sent (NVENC maps its input then) is known
+    /// before a file is started.
+    pub fn try_encoder(&self, encoder: &ChosenEncoder, color: ColorInfo) -> Result<(), String> {
+        let tb = ff::Rational::new(1, 25);
+        let mut enc = open_encoder(&encoder.name, &encoder.options, self.width, self.height, tb, false, Some((self, color)))?;
+        let mut pic = self.picture()?;
+        pic.set_pts(Some(0));
+        let fail = |e: ff::Error| format!("{} refused a picture in device memory: {e}", encoder.name);
+        enc.send_frame(&pic).map_err(fail)?;
+        enc.send_eof().map_err(fail)?;
+        let mut packet = ff::Packet::empty();
+        loop {
+            match enc.receive_packet(&mut packet) {
+                Ok(()) => {}
+                Err(ff::Error::Eof) => return Ok(()),
+                Err(e) => return Err(fail(e)),
+            }
+        }
+    }
+
     /// Copy a host NV12 picture `src` of this size into the device picture `dst`.
     pub fn upload(dst: &mut ff::frame::Video, src: &ff::frame::Video) -> Result<(), String> {
         // SAFETY: `dst` is a CUDA frame from this pool and `src` a host NV12
@@ -667,7 +689,7 @@ pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image,
 pub struct Scaler {
     ctx: *mut ffi::SwsContext,
     key: (u32, u32, Pixel, ColorInfo),
-    dst: (u32, u32, Pixel),
+    dst: (u32, u32, Pixel, Option<ColorInfo>),
 }
 
 // SAFETY: an SwsContext has no thread affinity; `Scaler` is used by one thread at a time (&mut self).
@@ -686,8 +708,30 @@ pub fn sws_flags(interp: crate::config::Interpolation) -> i32 {
     f | ffi::SWS_ACCURATE_RND
 }
 
+/// swscale's coefficient table for a matrix.
+fn sws_matrix(m: Matrix) -> i32 {
+    match m {
+        Matrix::Bt709 => ffi::SWS_CS_ITU709,
+        Matrix::Bt2020 => ffi::SWS_CS_BT2020,
+        Matrix::Bt601 | Matrix::Unspecified => ffi::SWS_CS_ITU601,
+    }
+}
+
 impl Scaler {
     pub fn new(src: &Image, dst_w: u32, dst_h: u32, dst_fmt: Pixel, flags: i32) -> Result<Self, FfmpegError> {
+        Self::new_to(src, dst_w, dst_h, dst_fmt, flags, None)
+    }
+
+    /// As `new`, with a YUV output in `dst_color`'s matrix and range (else
+    /// BT.601, limited for YUV formats).
+    pub fn new_to(
+        src: &Image,
+        dst_w: u32,
+        dst_h: u32,
+        dst_fmt: Pixel,
+        flags: i32,
+        dst_color: Option<ColorInfo>,
+    ) -> Result<Self, FfmpegError> {
         let err = || FfmpegError::Scaler { from: src.format, to: dst_fmt, src_w: src.width, src_h: src.height, dst_w, dst_h };
         // SAFETY: sizes are non-zero and formats valid; a null return is handled.
         let ctx = unsafe {
@@ -707,38 +751,33 @@ impl Scaler {
         if ctx.is_null() {
             return Err(err());
         }
-        let cs = match src.color.matrix {
-            Matrix::Bt709 => ffi::SWS_CS_ITU709,
-            Matrix::Bt2020 => ffi::SWS_CS_BT2020,
-            Matrix::Bt601 | Matrix::Unspecified => ffi::SWS_CS_ITU601,
+        let (dst_cs, dst_full) = match dst_color {
+            Some(c) => (sws_matrix(c.matrix), c.full_range),
+            None => (ffi::SWS_CS_DEFAULT, dst_full_range(dst_fmt)),
         };
         // SAFETY: `ctx` is a live context; coefficient tables are static.
         unsafe {
-            let src_table = ffi::sws_getCoefficients(cs);
-            let dst_table = ffi::sws_getCoefficients(ffi::SWS_CS_DEFAULT);
-            ffi::sws_setColorspaceDetails(
-                ctx,
-                src_table,
-                src.color.full_range as i32,
-                dst_table,
-                dst_full_range(dst_fmt) as i32,
-                0,
-                1 << 16,
-                1 << 16,
-            );
+            let src_table = ffi::sws_getCoefficients(sws_matrix(src.color.matrix));
+            let dst_table = ffi::sws_getCoefficients(dst_cs);
+            ffi::sws_setColorspaceDetails(ctx, src_table, src.color.full_range as i32, dst_table, dst_full as i32, 0, 1 << 16, 1 << 16);
         }
-        Ok(Scaler { ctx, key: (src.width, src.height, src.format, src.color), dst: (dst_w, dst_h, dst_fmt) })
+        Ok(Scaler { ctx, key: (src.width, src.height, src.format, src.color), dst: (dst_w, dst_h, dst_fmt, dst_color) })
     }
 
     /// Whether this scaler fits `src` (else build a new one: mid-stream size change).
     pub fn fits(&self, src: &Image, dst_w: u32, dst_h: u32, dst_fmt: Pixel) -> bool {
-        self.key == (src.width, src.height, src.format, src.color) && self.dst == (dst_w, dst_h, dst_fmt)
+        self.fits_to(src, dst_w, dst_h, dst_fmt, None)
+    }
+
+    /// As `fits`, for a scaler made by `new_to` with `dst_color`.
+    pub fn fits_to(&self, src: &Image, dst_w: u32, dst_h: u32, dst_fmt: Pixel, dst_color: Option<ColorInfo>) -> bool {
+        self.key == (src.width, src.height, src.format, src.color) && self.dst == (dst_w, dst_h, dst_fmt, dst_color)
     }
 
     /// Convert `src` into `dst`, a packed 3-byte-per-pixel buffer of `dst_w * 3` bytes per row.
     pub fn run(&mut self, src: &Image, dst: &mut [u8]) -> Result<(), String> {
         let host = src.host().ok_or("image is not in host memory")?;
-        let (dw, dh, _) = self.dst;
+        let (dw, dh, _, _) = self.dst;
         if dst.len() < dw as usize * dh as usize * 3 {
             return Err("destination buffer too small".into());
         }
@@ -772,7 +811,7 @@ impl Scaler {
     /// Convert `src` into `dst`, an FFmpeg frame of this scaler's output size and format.
     pub fn run_into(&mut self, src: &Image, dst: &mut ff::frame::Video) -> Result<(), String> {
         let host = src.host().ok_or("image is not in host memory")?;
-        let (dw, dh, fmt) = self.dst;
+        let (dw, dh, fmt, _) = self.dst;
         if (dst.width(), dst.height(), dst.format()) != (dw, dh, fmt) {
             return Err(format!("destination frame is {}x{} {:?}, expected {dw}x{dh} {fmt:?}", dst.width(), dst.height(), dst.format()));
         }
@@ -1294,6 +1333,50 @@ mod tests {
 
     fn settings(codec: &str, preset: Option<&str>) -> EncoderSettings {
         EncoderSettings { codec: codec.into(), preset: preset.map(str::to_string), crf: Some(20) }
+    }
+
+    /// A YUV output in a chosen matrix and range (what a device-mode video
+    /// sink uploads, tagged with its stream's colour): white and a red are
+    /// the textbook codes of each, and the default stays BT.601 limited.
+    #[test]
+    fn scaler_writes_yuv_in_the_colour_asked_for() {
+        use crate::frame::convert::rgb_to_yuv;
+        let (w, h) = (16u32, 8u32);
+        let pool = Pool::<u8>::new(1);
+        let paint = |rgb: [u8; 3]| {
+            let mut buf = pool.get((w * h * 3) as usize);
+            buf.chunks_exact_mut(3).for_each(|p| p.copy_from_slice(&rgb));
+            Image {
+                width: w,
+                height: h,
+                format: Pixel::RGB24,
+                color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
+                offsets: [0; 4],
+                strides: [w as i32 * 3, 0, 0, 0],
+                storage: Storage::Host(buf),
+            }
+        };
+        init();
+        let flags = sws_flags(crate::config::Interpolation::Bilinear);
+        for to in [
+            None,
+            Some(ColorInfo { matrix: Matrix::Bt709, full_range: false }),
+            Some(ColorInfo { matrix: Matrix::Bt709, full_range: true }),
+            Some(ColorInfo { matrix: Matrix::Bt601, full_range: true }),
+        ] {
+            for rgb in [[255u8, 255, 255], [200, 30, 40]] {
+                let src = paint(rgb);
+                let mut s = Scaler::new_to(&src, w, h, Pixel::NV12, flags, to).unwrap();
+                assert!(s.fits_to(&src, w, h, Pixel::NV12, to) && (to.is_none() || !s.fits(&src, w, h, Pixel::NV12)));
+                let mut out = ff::frame::Video::new(Pixel::NV12, w, h);
+                s.run_into(&src, &mut out).unwrap();
+                let want = rgb_to_yuv(rgb, to.unwrap_or(ColorInfo { matrix: Matrix::Bt601, full_range: false }));
+                let got = [out.data(0)[0], out.data(1)[0], out.data(1)[1]];
+                for k in 0..3 {
+                    assert!((got[k] as i32 - want[k] as i32).abs() <= 1, "{to:?} {rgb:?}: got {got:?}, want {want:?}");
+                }
+            }
+        }
     }
 
     /// `auto` with a libx264 preset gives NVENC its nearest preset (NVENC

@@ -24,17 +24,37 @@ pub const TEXT_LINE: Rgb<u8> = Rgb([255, 200, 0]);
 pub const OBJECT: Rgb<u8> = Rgb([255, 0, 80]);
 pub const CLASS: Rgb<u8> = Rgb([0, 200, 255]);
 
-/// The label font, loaded once; `None` (boxes without labels) when no font is installed.
+/// The label font, loaded once: `INFER_STREAM_FONT` (a TrueType file) when
+/// set, else DejaVu Sans; `None` (boxes without labels, said once) when none loads.
 pub fn font() -> Option<&'static FontVec> {
     static FONT: OnceLock<Option<FontVec>> = OnceLock::new();
     FONT.get_or_init(|| {
-        let f = FONTS.iter().find_map(|p| std::fs::read(p).ok()).and_then(|b| FontVec::try_from_vec(b).ok());
+        let chosen = std::env::var_os("INFER_STREAM_FONT").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
+        let candidates: Vec<std::path::PathBuf> = match &chosen {
+            Some(p) => vec![p.clone()],
+            None => FONTS.iter().map(std::path::PathBuf::from).collect(),
+        };
+        let f = candidates.iter().find_map(|p| std::fs::read(p).ok()).and_then(|b| FontVec::try_from_vec(b).ok());
         if f.is_none() {
-            tracing::warn!("no label font found (looked for {}): boxes are drawn without labels", FONTS.join(", "));
+            let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+            tracing::warn!(
+                "no label font found (looked for {}; INFER_STREAM_FONT names one): boxes are drawn without labels",
+                looked.join(", ")
+            );
         }
         f
     })
     .as_ref()
+}
+
+/// A box's corners rounded to pixels, left/top first; `None` when not finite.
+pub(super) fn corners(b: [f32; 4]) -> Option<[i64; 4]> {
+    if !b.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    // Far beyond any picture, yet safe to grow by a thickness.
+    let [x0, y0, x1, y1] = b.map(|v| v.round().clamp(-1e9, 1e9) as i64);
+    Some([x0.min(x1), y0.min(y1), x0.max(x1), y0.max(y1)])
 }
 
 /// One thing to draw: an outline (or none, for whole-frame classes) and a label.
@@ -75,7 +95,7 @@ pub fn marks(frame: &Frame) -> Vec<Mark> {
 /// outline grows outwards from the box edge by `thickness` pixels.
 pub fn rectangle<C: DerefMut<Target = [u8]>>(img: &mut Canvas<C>, b: [f32; 4], color: Rgb<u8>, thickness: u32) {
     let (w, h) = (img.width() as i64, img.height() as i64);
-    let (x0, y0, x1, y1) = (b[0].round() as i64, b[1].round() as i64, b[2].round() as i64, b[3].round() as i64);
+    let Some([x0, y0, x1, y1]) = corners(b) else { return };
     for t in 0..thickness as i64 {
         for x in (x0 - t).max(0)..=(x1 + t).min(w - 1) {
             for y in [y0 - t, y1 + t] {
@@ -185,8 +205,9 @@ pub(super) fn labels<'a>(marks: &'a [Mark], height: u32, thickness: u32, font: &
         let width = text_width(font, size, &m.label).ceil() as i64 + 4;
         let (x0, y0) = match m.bbox {
             Some(b) => {
-                let (x, top) = (b[0].round() as i64 - t + 1, b[1].round() as i64 - t);
-                if top - band >= 0 { (x, top - band) } else { (x, b[1].round() as i64 + 1) }
+                let Some([bx, by, _, _]) = corners(b) else { continue };
+                let (x, top) = (bx - t + 1, by - t);
+                if top - band >= 0 { (x, top - band) } else { (x, by + 1) }
             }
             None => {
                 let y = corner_y;
@@ -202,6 +223,22 @@ pub(super) fn labels<'a>(marks: &'a [Mark], height: u32, thickness: u32, font: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A box given right-to-left or bottom-to-top is the same box; one that is
+    /// not finite draws nothing (and never panics).
+    #[test]
+    fn inverted_and_non_finite_boxes() {
+        let draw_one = |b: [f32; 4]| {
+            let mut img = RgbImage::new(30, 20);
+            rectangle(&mut img, b, Rgb([255, 0, 0]), 2);
+            img
+        };
+        assert_eq!(draw_one([20.0, 15.0, 5.0, 3.0]), draw_one([5.0, 3.0, 20.0, 15.0]));
+        for b in [[f32::NAN, 1.0, 5.0, 5.0], [0.0, 0.0, f32::INFINITY, 5.0], [-f32::INFINITY, 0.0, 5.0, 5.0]] {
+            assert!(draw_one(b).pixels().all(|p| p.0 == [0, 0, 0]), "{b:?}");
+        }
+        assert_eq!(corners([1e30, 0.0, 2.0, 3.0]), Some([2, 0, 1_000_000_000, 3]));
+    }
 
     #[test]
     fn rectangle_is_clipped_outline() {

@@ -58,9 +58,8 @@ pub fn layout(marks: &[Mark], height: u32, thickness: u32, font: Option<&FontVec
     let mut o = Overlay::default();
     let t = thickness.max(1) as i64;
     for m in marks {
-        if let Some(b) = m.bbox {
+        if let Some([x0, y0, x1, y1]) = m.bbox.and_then(draw::corners) {
             // `draw::rectangle`: an outline growing outwards from the box edge.
-            let [x0, y0, x1, y1] = b.map(|v| v.round() as i64);
             o.push([x0 - t + 1, y0 - t + 1, x1 + t - 1, y1 + t - 1], Some([x0, y0, x1, y1]), None, rgb_to_yuv(m.color.0, color));
         }
     }
@@ -140,7 +139,9 @@ mod tests {
     #[test]
     fn outlines_cover_what_the_rgb_drawing_covers() {
         let (w, h) = (40usize, 30usize);
-        for (bbox, t) in [([5.0, 4.0, 20.0, 15.0], 1u32), ([5.2, 4.4, 19.6, 14.5], 3), ([-3.0, 20.0, 50.0, 40.0], 2)] {
+        for (bbox, t) in
+            [([5.0, 4.0, 20.0, 15.0], 1u32), ([5.2, 4.4, 19.6, 14.5], 3), ([-3.0, 20.0, 50.0, 40.0], 2), ([20.0, 15.0, 5.0, 4.0], 2)]
+        {
             let mark = Mark { bbox: Some(bbox), color: Rgb([255, 0, 80]), label: String::new() };
             let o = layout(std::slice::from_ref(&mark), h as u32, t, None, BT709);
             assert_eq!(o.len(), 1);

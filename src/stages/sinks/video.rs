@@ -45,6 +45,8 @@ struct DeviceOut {
     gpu: Arc<crate::backend::cuda::Gpu>,
     /// Frames that cannot be copied as they are (host, another size): → NV12 on the host.
     to_nv12: Option<Scaler>,
+    /// The stream's colour (its first frame's), which the encoder is tagged with.
+    color: ColorInfo,
     _device: crate::backend::ffmpeg::HwDevice,
 }
 
@@ -204,8 +206,11 @@ impl VideoSink {
         } else {
             match crate::backend::nvdec::hw_device(&d.gpu)
                 .and_then(|hw| crate::backend::ffmpeg::DeviceFrames::nv12(&hw, w, h).map(|f| (hw, f)))
+                .and_then(|(hw, frames)| frames.try_encoder(&self.encoder, img.color).map(|_| (hw, frames)))
             {
-                Ok((hw, frames)) => return Some(DeviceOut { frames, gpu: d.gpu.clone(), to_nv12: None, _device: hw }),
+                Ok((hw, frames)) => {
+                    return Some(DeviceOut { frames, gpu: d.gpu.clone(), to_nv12: None, color: img.color, _device: hw });
+                }
                 Err(e) => e,
             }
         };
@@ -249,7 +254,15 @@ fn write_on_device(
         None => {
             let host = crate::stages::on_host(img, pool).map_err(StageError::Frame)?;
             let mut nv12 = ffmpeg_next::frame::Video::new(Pixel::NV12, w, h);
-            scaler(&mut dev.to_nv12, &host, w, h, Pixel::NV12)?.run_into(&host, &mut nv12).map_err(StageError::Frame)?;
+            // In the stream's own matrix and range, which the encoder is tagged with.
+            let to = Some(dev.color);
+            if !dev.to_nv12.as_ref().is_some_and(|s| s.fits_to(&host, w, h, Pixel::NV12, to)) {
+                dev.to_nv12 = Some(
+                    Scaler::new_to(&host, w, h, Pixel::NV12, sws_flags(Interpolation::Bilinear), to)
+                        .map_err(|e| StageError::Frame(e.to_string()))?,
+                );
+            }
+            dev.to_nv12.as_mut().expect("set above").run_into(&host, &mut nv12).map_err(StageError::Frame)?;
             DeviceFrames::upload(&mut pic, &nv12).map_err(StageError::Fatal)?;
             staged = Some(nv12);
         }
@@ -267,7 +280,7 @@ fn write_on_device(
                 .collect();
             &scaled
         };
-        let o = super::overlay::layout(marks, h, (h / 180).max(2), draw::font(), img.color);
+        let o = super::overlay::layout(marks, h, (h / 180).max(2), draw::font(), dev.color);
         gpu.overlay_nv12(py, y_pitch, puv, uv_pitch, w as usize, h as usize, &o.prims, &o.alpha).map_err(gpu_err)?;
     }
     // The picture is complete before NVENC reads it.
