@@ -6,6 +6,7 @@
 #     bin/infer-stream-tests    the library's test binary, same build (GPU tests run for real there)
 #     lib/                      a small FFmpeg 5.1 (scripts/build-gpu-ffmpeg.sh) + ONNX Runtime
 #     samples/, models/ppocr/   the clips and the text detection model the checks use
+#     fonts/                    DejaVu Sans, for the labels the checks draw
 # Then on the GPU host, from the repository root: scripts/gpu-check.sh
 #
 #   scripts/gpu-bundle.sh [--cuda-ep [SM]]
@@ -75,13 +76,16 @@ for l in sys.stdin:
 [[ -x $tests_bin ]] || die "no test binary found"
 
 STAGE=.gpu-bundle/stage
-rm -rf "$STAGE" && mkdir -p "$STAGE"/{bin,lib,samples,models/ppocr}
+rm -rf "$STAGE" && mkdir -p "$STAGE"/{bin,lib,samples,models/ppocr,fonts}
 strip -o "$STAGE/bin/infer-stream" target/release/infer-stream
 strip -o "$STAGE/bin/infer-stream-tests" "$tests_bin"
 cp -a .deps/ffmpeg-gpu/lib/*.so.* "$STAGE/lib/"
 cp -a .deps/onnxruntime/libonnxruntime.so* "$STAGE/lib/"
 cp samples/eval-720p.mp4 samples/eval-720p.truth.json samples/text-720p.mp4 samples/text-720p.truth.json "$STAGE/samples/"
 cp models/ppocr/ch_PP-OCRv4_det_infer.onnx "$STAGE/models/ppocr/"
+# Labels drawn by the overlay (GPU hosts often have no fonts); DejaVu's licence allows this.
+cp /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf "$STAGE/fonts/"
+cp /usr/share/doc/fonts-dejavu-core/copyright "$STAGE/fonts/DejaVu-copyright"
 git rev-parse HEAD >"$STAGE/COMMIT"
 tar -C "$STAGE" -cf - . | xz -T0 -6 >.gpu-bundle/bundle.tar.xz
 rm -rf "$STAGE"

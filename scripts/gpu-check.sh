@@ -41,8 +41,12 @@ BUNDLE=${1:-.gpu-bundle/bundle.tar.xz}
 WORK=${GPU_CHECK_DIR:-/tmp/infer-stream-gpu-check}
 STASH=${GPU_STASH:-/tmp/infer-stream-stash}
 FAILS=0
-# Keep the parts of ONNX Runtime's GPU build this call carried.
+# Keep the parts of ONNX Runtime's GPU build this call carried (parts of
+# another build kept earlier are dropped first: they would never add up).
 if compgen -G ".gpu-bundle/ort-cuda/part-*" >/dev/null; then
+  if [[ -f $STASH/SHA256 ]] && ! cmp -s "$STASH/SHA256" .gpu-bundle/ort-cuda/SHA256; then
+    echo "dropping stashed parts of another GPU build of ONNX Runtime" && rm -f "$STASH"/part-* "$STASH/SHA256"
+  fi
   mkdir -p "$STASH" && cp .gpu-bundle/ort-cuda/SHA256 .gpu-bundle/ort-cuda/part-* "$STASH/" || exit 1
 fi
 if [[ $ONLY == stash ]]; then
@@ -74,6 +78,8 @@ rm -rf "$WORK" && mkdir -p "$WORK" && tar -C "$WORK" -xJf "$BUNDLE" || { echo "c
 echo "built from commit $(cat "$WORK/COMMIT")"
 export LD_LIBRARY_PATH="$WORK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export ORT_DYLIB_PATH="$WORK/lib/libonnxruntime.so.1.31.1"
+# Labels need a font; a bare GPU host may have none: the bundle carries DejaVu Sans.
+[[ -f $WORK/fonts/DejaVuSans.ttf ]] && export INFER_STREAM_FONT="$WORK/fonts/DejaVuSans.ttf"
 BIN="$WORK/bin/infer-stream"
 OUT="$WORK/out" && mkdir -p "$OUT"
 # Pipelines in this checkout read ../samples and ../models: point them at the bundle's.
@@ -83,8 +89,13 @@ step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader || echo "nvidia-smi failed"
 ldconfig -p | grep -E 'libcuda\.so|libnvcuvid|libnvidia-encode' | sed 's/^/  /'
 if [[ -z ${INFER_STREAM_NVRTC:-} ]]; then
-  for v in 13 12; do
-    INFER_STREAM_NVRTC=$(find /usr/local/cuda*/lib64 /opt /usr/lib /usr/local/lib -name "libnvrtc.so.$v" 2>/dev/null | head -1)
+  # The driver's CUDA version decides which NVRTC can make PTX it loads: 13 first only for a CUDA 13 driver.
+  driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+  versions="13 12"; [[ -n $driver_cuda && $driver_cuda -lt 13 ]] && versions="12"
+  py_nvidia=$(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true)
+  for v in $versions; do
+    # shellcheck disable=SC2086
+    INFER_STREAM_NVRTC=$(find /usr/local/cuda*/lib64 $py_nvidia /opt /usr/lib /usr/local/lib -name "libnvrtc.so.$v" 2>/dev/null | head -1)
     [[ -n $INFER_STREAM_NVRTC ]] && break
   done
 fi
@@ -163,8 +174,9 @@ step "annotated video from NVDEC frames"
 # the bundle) each frame is downloaded once. Each file must read back with
 # every frame.
 readback() { # readback NAME: decode $OUT/NAME.mp4 and expect as many frames as $OUT/NAME.ndjson has lines
-  local want
-  want=$(wc -l <"$OUT/$1.ndjson" 2>/dev/null || echo 0)
+  local want=0
+  [[ -s $OUT/$1.mp4 && -f $OUT/$1.ndjson ]] || { echo "[FAIL] $1.mp4 was not written: nothing to read back"; FAILS=$((FAILS + 1)); return; }
+  want=$(wc -l <"$OUT/$1.ndjson")
   printf '[pipeline]\nname = "readback"\n[sources.v]\nkind = "file"\nuri = "%s"\n[sinks.n]\nkind = "null"\ninputs = ["v"]\n' \
     "$OUT/$1.mp4" >"$P/readback-$1.toml"
   check "$1.mp4 reads back with all $want frames" 3 expect "frames: decoded $want = processed $want " \
@@ -236,10 +248,22 @@ print(":".join(dirs))
 PY
 }
 
-step "ONNX Runtime CUDA provider: device-memory bindings, results vs CPU provider"
-if unpack_ort_cuda; then
+# Can this host run that build? Its code is for one architecture (ARCH), and it needs CUDA 13 libraries.
+ort_cuda_fits() {
+  local want have
+  want=$(sed 's/^sm_//' "$WORK/ort-cuda/ARCH")
+  have=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  [[ $have == "$want" ]] || { echo "the GPU build carried has code for sm_$want only; this GPU is sm_${have:-unknown}: step 8 skipped (scripts/gpu-bundle.sh --cuda-ep $have)"; return 1; }
   echo "CUDA 13 libraries:"
   CUDA_LD=$(cuda_lib_dirs)
+  for lib in libcublasLt.so.13 libcublas.so.13 libcurand.so.10 libcudart.so.13; do
+    tr ':' '\n' <<<"$CUDA_LD" | while read -r d; do [[ -e $d/$lib ]] && echo found; done | grep -q found \
+      || { echo "$lib not found on this host: step 8 skipped (the CUDA provider needs CUDA 13's cuBLAS, cuRAND and runtime)"; return 1; }
+  done
+}
+
+step "ONNX Runtime CUDA provider: device-memory bindings, results vs CPU provider"
+if unpack_ort_cuda && ort_cuda_fits; then
   GPU_ORT="$WORK/ort-cuda/lib/libonnxruntime.so.1.31.1"
   ortcuda() { env LD_LIBRARY_PATH="$WORK/ort-cuda/lib:$CUDA_LD:$LD_LIBRARY_PATH" ORT_DYLIB_PATH="$GPU_ORT" "$@"; }
   P="$WORK/repo/pipelines"
@@ -304,6 +328,8 @@ PY
   done
 elif [[ $ONLY == cuda-ep ]]; then
   echo "[FAIL] step 8 asked for but could not run"; FAILS=$((FAILS + 1))
+else
+  echo "[SKIP] step 8"
 fi
 
 step "summary"
