@@ -125,46 +125,25 @@ for v in gpu gpu-upload gpu-cpu gpu-bound; do
   check "run $v" 14 env OUT="$OUT/$v.ndjson" timeout 300 "$BIN" run "$P/$v.toml" --progress never
 done
 check "results: NVDEC+kernel = software+kernel = bound input (exact); CPU preprocess boxes all found (IoU >= 0.8, 90% >= 0.9)" 10 python3 - "$OUT" <<'PY'
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from boxes import frames, match
 out = sys.argv[1]
-def boxes(rec):
-    found = []
-    def walk(x):
-        if isinstance(x, dict):
-            if "bbox" in x: found.append(x["bbox"])
-            for v in x.values(): walk(v)
-        elif isinstance(x, list):
-            for v in x: walk(v)
-    walk(rec); return found
-def frames(n):
-    res = {}
-    for i, line in enumerate(open(f"{out}/{n}.ndjson")):
-        r = json.loads(line); res[r.get("seq", i)] = boxes(r)
-    return res
-def iou(a, b):
-    ix = max(0, min(a[2], b[2]) - max(a[0], b[0])); iy = max(0, min(a[3], b[3]) - max(a[1], b[1]))
-    u = (a[2]-a[0])*(a[3]-a[1]) + (b[2]-b[0])*(b[3]-b[1]) - ix*iy
-    return ix*iy/u if u > 0 else 0
-g, up, cpu = frames("gpu"), frames("gpu-upload"), frames("gpu-cpu")
+g, up, cpu, bound = (frames(f"{out}/{n}.ndjson") for n in ["gpu", "gpu-upload", "gpu-cpu", "gpu-bound"])
 ok = True
 print(f"frames: NVDEC {len(g)}, upload {len(up)}, CPU {len(cpu)}; boxes: {sum(map(len, g.values()))}, {sum(map(len, up.values()))}, {sum(map(len, cpu.values()))}")
 if len(g) != len(cpu) or len(g) == 0: ok = False; print("frame counts differ")
 exact = sum(1 for k in g if g[k] == up.get(k))
 print(f"NVDEC+kernel equals software+kernel on {exact}/{len(g)} frames")
 if exact != len(g): ok = False
-bound = frames("gpu-bound")
 same = sum(1 for k in g if g[k] == bound.get(k))
 print(f"with io_binding = on (device tensors into the bound input): equal on {same}/{len(g)} frames")
 if same != len(g): ok = False
 # The CPU path resamples with swscale, the kernel bilinearly: boxes move by a
 # pixel or two. Every box must be found (IoU >= 0.8), nine in ten closely (>= 0.9).
-matched = total = 0; worst = 1.0
-for k, bs in cpu.items():
-    for b in bs:
-        total += 1; best = max((iou(b, c) for c in g.get(k, [])), default=0); worst = min(worst, best)
-        matched += best >= 0.9
-print(f"CPU-preprocess boxes matched by GPU boxes at IoU>=0.9: {matched}/{total} (worst IoU {worst:.3f})")
-if total == 0 or matched < 0.9 * total or worst < 0.8: ok = False
+total, close, worst, _ = match(cpu, g)
+print(f"CPU-preprocess boxes matched by GPU boxes at IoU>=0.9: {close}/{total} (worst IoU {worst:.3f})")
+if total == 0 or close < 0.9 * total or worst < 0.8: ok = False
 sys.exit(0 if ok else 1)
 PY
 
@@ -287,38 +266,20 @@ if unpack_ort_cuda && ort_cuda_fits; then
   check "run ep-trt (TensorRT missing: loud fallback to cuda)" 8 expect 'fallback from tensorrt|falling back to `cuda`' \
     ortcuda env OUT="$OUT/ep-trt.ndjson" timeout 300 "$BIN" run "$P/ep-trt.toml" --progress never
   check "results: CUDA provider (bound, unbound, after fallback) vs CPU provider (IoU >= 0.8, 90% >= 0.9)" 10 python3 - "$OUT" <<'PY'
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from boxes import frames, match
 out = sys.argv[1]
-def boxes(rec):
-    found = []
-    def walk(x):
-        if isinstance(x, dict):
-            if "bbox" in x: found.append(x["bbox"])
-            for v in x.values(): walk(v)
-        elif isinstance(x, list):
-            for v in x: walk(v)
-    walk(rec); return found
-def frames(n):
-    return {json.loads(l).get("seq", i): boxes(json.loads(l)) for i, l in enumerate(open(f"{out}/{n}.ndjson"))}
-def iou(a, b):
-    ix = max(0, min(a[2], b[2]) - max(a[0], b[0])); iy = max(0, min(a[3], b[3]) - max(a[1], b[1]))
-    u = (a[2]-a[0])*(a[3]-a[1]) + (b[2]-b[0])*(b[3]-b[1]) - ix*iy
-    return ix*iy/u if u > 0 else 0
-ref = frames("ep-cpu"); ok = len(ref) > 0
+ref = frames(f"{out}/ep-cpu.ndjson"); ok = len(ref) > 0
 print(f"CPU provider: {len(ref)} frames, {sum(map(len, ref.values()))} boxes")
 for n in ["ep-cuda", "ep-cuda-unbound", "ep-trt"]:
-    got = frames(n)
+    got = frames(f"{out}/{n}.ndjson")
     exact = sum(1 for k in ref if ref[k] == got.get(k))
-    matched = total = 0; worst = 1.0
-    for k, bs in ref.items():
-        for b in bs:
-            total += 1; best = max((iou(b, c) for c in got.get(k, [])), default=0); worst = min(worst, best)
-            matched += best >= 0.9
-    extra = sum(max(0, len(got.get(k, [])) - len(bs)) for k, bs in ref.items())
-    good = len(got) == len(ref) and total > 0 and matched >= 0.9 * total and worst >= 0.8 and extra <= 0.05 * total
+    total, close, worst, extra = match(ref, got)
+    good = len(got) == len(ref) and total > 0 and close >= 0.9 * total and worst >= 0.8 and extra <= 0.05 * total
     ok &= good
-    print(f"{n}: {len(got)} frames, equal to CPU on {exact}; boxes matched at IoU>=0.9 {matched}/{total} (worst {worst:.3f}), extra boxes {extra}: {'ok' if good else 'FAILED'}")
-b, u = frames("ep-cuda"), frames("ep-cuda-unbound")
+    print(f"{n}: {len(got)} frames, equal to CPU on {exact}; boxes matched at IoU>=0.9 {close}/{total} (worst {worst:.3f}), extra boxes {extra}: {'ok' if good else 'FAILED'}")
+b, u = frames(f"{out}/ep-cuda.ndjson"), frames(f"{out}/ep-cuda-unbound.ndjson")
 print(f"CUDA bound vs unbound: equal on {sum(1 for k in b if b[k] == u.get(k))}/{len(b)} frames")
 sys.exit(0 if ok else 1)
 PY
