@@ -31,6 +31,34 @@ elif [[ -n ${1:-} ]]; then
   die "usage: scripts/gpu-bundle.sh [--cuda-ep [SM]]"
 fi
 
+# NVIDIA's own cuobjdump (PyPI nvidia-cuda-cuobjdump, 290 kB) reads both
+# libraries: the pruned one must parse, and hold exactly the original's sm_$SM
+# machine code, byte for byte.
+verify_pruned() {
+  local original pruned whl=.deps/wheels/nvidia_cuda_cuobjdump-13.5.37-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+  local want=38780fee50863252a0b8926357faa91615ca1c8346490563f33a06100cd73f58
+  original=$(realpath "$1") pruned=$(realpath "$2")
+  if [[ ! -f $whl ]]; then
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+      --python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+      -d .deps/wheels nvidia-cuda-cuobjdump==13.5.37
+  fi
+  [[ $(sha256 "$whl") == "$want" ]] || die "sha256 mismatch for $whl (delete it to download again)"
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("nvidia/cu13/bin/cuobjdump", sys.argv[2])' "$whl" "$tmp"
+  chmod +x "$tmp/nvidia/cu13/bin/cuobjdump"
+  mkdir -p "$tmp/a" "$tmp/b"
+  (cd "$tmp/a" && "$tmp/nvidia/cu13/bin/cuobjdump" --extract-elf all "$original" >/dev/null) || die "cuobjdump cannot read $original"
+  (cd "$tmp/b" && "$tmp/nvidia/cu13/bin/cuobjdump" --extract-elf all "$pruned" >/dev/null) || die "cuobjdump cannot read the pruned library"
+  local a b
+  a=$(cd "$tmp/a" && find . -name "*sm_$SM*" -exec sha256sum {} + | cut -d' ' -f1 | sort)
+  b=$(cd "$tmp/b" && find . -name "*sm_$SM*" -exec sha256sum {} + | cut -d' ' -f1 | sort)
+  [[ -n $a && $a == "$b" ]] || die "the pruned library's sm_$SM code differs from the original's"
+  log "cuobjdump: the pruned library holds $(wc -l <<<"$b") sm_$SM cubins, identical to the original's ($(find "$tmp/a" -name '*.cubin' | wc -l) cubins before, $(find "$tmp/b" -name '*.cubin' | wc -l) after)"
+  rm -rf "$tmp"
+}
+
 # ONNX Runtime's GPU build, the CUDA provider pruned to sm_$SM, in parts.
 pack_ort_cuda() {
   local whl=.deps/wheels/onnxruntime_gpu-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl
@@ -53,7 +81,10 @@ with zipfile.ZipFile(whl) as z:
         with z.open("onnxruntime/capi/" + m) as src, open(os.path.join(dest, m), "wb") as out:
             shutil.copyfileobj(src, out)
 PY
-  python3 scripts/prune-fatbin.py "$stage/lib/libonnxruntime_providers_cuda.so" "$stage/lib/libonnxruntime_providers_cuda.so" "$SM"
+  cp "$stage/lib/libonnxruntime_providers_cuda.so" "$stage/original.so"
+  python3 scripts/prune-fatbin.py "$stage/original.so" "$stage/lib/libonnxruntime_providers_cuda.so" "$SM"
+  verify_pruned "$stage/original.so" "$stage/lib/libonnxruntime_providers_cuda.so"
+  rm "$stage/original.so"
   echo "sm_$SM" >"$stage/ARCH"
   log "compressing ONNX Runtime GPU build (a minute)"
   tar -C "$stage" -cf - . | xz -T0 -6 >"$out/ort-cuda.tar.xz"
