@@ -50,6 +50,8 @@ pub struct Doctor {
     pub decode: String,
     /// Best execution provider a pipeline gets here.
     pub inference: String,
+    /// What a `video` sink with `codec = "auto"` encodes with here, and why.
+    pub encode: String,
 }
 
 fn gst() -> GstFacts {
@@ -113,7 +115,16 @@ pub fn probe(ort_library: Option<&Path>) -> Doctor {
     } else {
         "cpu: this ONNX Runtime build has no CUDA/TensorRT provider".to_string()
     };
-    Doctor { ffmpeg, gstreamer: gst(), onnxruntime, cuda, decode, inference }
+    let auto = backend::ffmpeg::EncoderSettings { codec: "auto".into(), preset: None, crf: None };
+    let encode = match backend::ffmpeg::choose_encoder(&auto) {
+        Ok(c) if c.name == "h264_nvenc" && gpu && cuda.built => {
+            "h264_nvenc: NVENC opens here; NVDEC frames are encoded where they are, results drawn on the GPU".to_string()
+        }
+        Ok(c) if c.name == "h264_nvenc" => "h264_nvenc: NVENC opens here".to_string(),
+        Ok(c) => format!("{}: {}", c.name, c.note.unwrap_or_else(|| "chosen".into())),
+        Err(e) => format!("none: {e}"),
+    };
+    Doctor { ffmpeg, gstreamer: gst(), onnxruntime, cuda, decode, inference, encode }
 }
 
 impl Doctor {
@@ -153,7 +164,7 @@ impl Doctor {
         } else {
             s.push_str(&format!("CUDA          built without the `cuda` feature; NVIDIA driver present: {}\n", yes(c.driver)));
         }
-        s.push_str(&format!("=> decode:    {}\n=> inference: {}\n", self.decode, self.inference));
+        s.push_str(&format!("=> decode:    {}\n=> inference: {}\n=> encode:    {}\n", self.decode, self.inference, self.encode));
         s
     }
 }

@@ -346,6 +346,9 @@ fn doctor_states_what_this_machine_has() {
         assert_eq!(v["cuda"]["driver"], false);
         assert_eq!(v["cuda"]["devices"], 0);
         assert!(v["decode"].as_str().unwrap().starts_with("FFmpeg software"), "{v}");
+        // Debian's FFmpeg has h264_nvenc, which cannot open without a GPU: said, with the CPU encoder instead.
+        let encode = v["encode"].as_str().unwrap();
+        assert!(encode.starts_with("libx264: h264_nvenc unusable here ("), "{v}");
     }
     if cfg!(feature = "gstreamer") {
         assert!(v["gstreamer"]["version"].as_str().unwrap().starts_with("GStreamer 1."), "{v}");
