@@ -1346,15 +1346,7 @@ mod tests {
         let paint = |rgb: [u8; 3]| {
             let mut buf = pool.get((w * h * 3) as usize);
             buf.chunks_exact_mut(3).for_each(|p| p.copy_from_slice(&rgb));
-            Image {
-                width: w,
-                height: h,
-                format: Pixel::RGB24,
-                color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
-                offsets: [0; 4],
-                strides: [w as i32 * 3, 0, 0, 0],
-                storage: Storage::Host(buf),
-            }
+            Image::rgb24(w, h, buf)
         };
         init();
         let flags = sws_flags(crate::config::Interpolation::Bilinear);

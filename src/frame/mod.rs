@@ -60,6 +60,19 @@ pub struct Image {
 }
 
 impl Image {
+    /// A packed full-range RGB picture in host memory, `width * 3` bytes a row.
+    pub fn rgb24(width: u32, height: u32, buf: PoolBuf<u8>) -> Image {
+        Image {
+            width,
+            height,
+            format: PixelFormat::RGB24,
+            color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
+            offsets: [0; 4],
+            strides: [width as i32 * 3, 0, 0, 0],
+            storage: Storage::Host(buf),
+        }
+    }
+
     /// The host bytes, if the image is in host memory.
     pub fn host(&self) -> Option<&[u8]> {
         match &self.storage {

@@ -90,7 +90,8 @@ fn pipeline(toml: &str, bodies: Vec<Body>) -> Pipeline {
 
 const LINEAR: &str = "[sources.cam]\nkind = \"file\"\nuri = \"/dev/null\"\n[stages.s]\nkind = \"preprocess\"\nwidth = 4\nheight = 4\ninputs = [\"cam\"]\nON_ERROR\n[sinks.out]\nkind = \"null\"\ninputs = [\"s\"]\nQUEUE\n";
 
-fn linear(on_error: &str, queue: &str, source: u64, stage: Flaky, sink_delay: Duration) -> (RunReport, Seen) {
+/// source → stage → sink, built but not run; the sink records what it sees.
+fn linear_pipeline(on_error: &str, queue: &str, source: u64, stage: Flaky, sink_delay: Duration) -> (Pipeline, Seen) {
     let seen = Seen::default();
     let toml = LINEAR.replace("ON_ERROR", on_error).replace("QUEUE", queue);
     let bodies = vec![
@@ -98,19 +99,19 @@ fn linear(on_error: &str, queue: &str, source: u64, stage: Flaky, sink_delay: Du
         Body::Stage(Box::new(stage)),
         Body::Sink(Box::new(Recorder(seen.clone(), sink_delay))),
     ];
-    let report = pipeline(&toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
-    (report, seen)
+    (pipeline(&toml, bodies), seen)
+}
+
+const PASS: Flaky = Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO };
+
+fn linear(on_error: &str, queue: &str, source: u64, stage: Flaky, sink_delay: Duration) -> (RunReport, Seen) {
+    let (p, seen) = linear_pipeline(on_error, queue, source, stage, sink_delay);
+    (p.run(Shutdown::new(), Arc::new(Accounting::default()), None), seen)
 }
 
 /// The sink's dropped frames of stream `cam`, as its per-stream counters say.
 fn sink_stream_dropped(queue: &str) -> (u64, u64) {
-    let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", queue);
-    let bodies = vec![
-        Body::Source(Box::new(Counter(200))),
-        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO })),
-        Body::Sink(Box::new(Recorder(Seen::default(), Duration::from_millis(2)))),
-    ];
-    let p = pipeline(&toml, bodies);
+    let (p, _) = linear_pipeline("", queue, 200, PASS, Duration::from_millis(2));
     let stats = p.stats().to_vec();
     let r = p.run(Shutdown::new(), Arc::new(Accounting::default()), None);
     let per_stream: u64 = stats[2].stream_counts().iter().map(|(_, c)| c[2]).sum();
@@ -174,13 +175,7 @@ fn panic_in_a_stage_is_caught_and_handled_by_policy() {
 
 #[test]
 fn drop_oldest_keeps_the_newest_frames() {
-    let (r, seen) = linear(
-        "",
-        "queue = { capacity = 2, when_full = \"drop_oldest\" }",
-        200,
-        Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO },
-        Duration::from_millis(2),
-    );
+    let (r, seen) = linear("", "queue = { capacity = 2, when_full = \"drop_oldest\" }", 200, PASS, Duration::from_millis(2));
     assert!(r.frames.dropped > 0 && r.frames.balanced(), "{:?}", r.frames);
     assert_eq!(r.nodes[2].dropped, r.frames.dropped);
     let seen = seen.lock().unwrap();
@@ -190,13 +185,7 @@ fn drop_oldest_keeps_the_newest_frames() {
 
 #[test]
 fn drop_newest_keeps_the_oldest_frames() {
-    let (r, seen) = linear(
-        "",
-        "queue = { capacity = 2, when_full = \"drop_newest\" }",
-        200,
-        Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO },
-        Duration::from_millis(2),
-    );
+    let (r, seen) = linear("", "queue = { capacity = 2, when_full = \"drop_newest\" }", 200, PASS, Duration::from_millis(2));
     assert!(r.frames.dropped > 0 && r.frames.balanced(), "{:?}", r.frames);
     assert_eq!(seen.lock().unwrap()[0].0, 0);
 }
@@ -252,13 +241,7 @@ fn interrupt_stops_sources_and_drains_in_flight_frames() {
 
 #[test]
 fn live_stats_show_queue_depth_and_capacity_while_running() {
-    let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", "queue = { capacity = 4 }");
-    let bodies = vec![
-        Body::Source(Box::new(Counter(60))),
-        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO })),
-        Body::Sink(Box::new(Recorder(Seen::default(), Duration::from_millis(5)))),
-    ];
-    let p = pipeline(&toml, bodies);
+    let (p, _) = linear_pipeline("", "queue = { capacity = 4 }", 60, PASS, Duration::from_millis(5));
     let stats = p.stats().to_vec();
     // Known before the run: what a metrics endpoint shows while models load.
     let caps: Vec<usize> = stats.iter().map(|s| s.capacity.load(Ordering::Relaxed)).collect();
@@ -323,11 +306,8 @@ impl Sink for EventLog {
 fn flapping(queue: &str, sink_delay: Duration) -> (RunReport, Vec<String>) {
     let log = Log::default();
     let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", queue);
-    let bodies = vec![
-        Body::Source(Box::new(Flapping(20))),
-        Body::Stage(Box::new(Flaky { fail_every: 0, panic_at: None, delay: Duration::ZERO })),
-        Body::Sink(Box::new(EventLog(log.clone(), sink_delay))),
-    ];
+    let bodies =
+        vec![Body::Source(Box::new(Flapping(20))), Body::Stage(Box::new(PASS)), Body::Sink(Box::new(EventLog(log.clone(), sink_delay)))];
     let report = pipeline(&toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
     let log = log.lock().unwrap().clone();
     (report, log)

@@ -22,7 +22,9 @@ use ffmpeg_next::format::Pixel;
 use super::draw::{self, Canvas};
 use crate::backend::ffmpeg::{ChosenEncoder, EncoderSettings, Scaler, VideoEncoder, choose_encoder, sws_flags};
 use crate::config::{Diagnostic, Interpolation, PipelineConfig, VideoContainer, VideoSinkConfig};
-use crate::frame::{ColorInfo, Frame, Image, Matrix, Pool, Storage};
+#[cfg(feature = "cuda")]
+use crate::frame::Storage;
+use crate::frame::{ColorInfo, Frame, Image, Pool};
 use crate::stages::{Sink, StageError};
 
 /// One output file (or stdout) for one stream.
@@ -47,7 +49,6 @@ struct DeviceOut {
     to_nv12: Option<Scaler>,
     /// The stream's colour (its first frame's), which the encoder is tagged with.
     color: ColorInfo,
-    _device: crate::backend::ffmpeg::HwDevice,
 }
 
 pub struct VideoSink {
@@ -204,13 +205,12 @@ impl VideoSink {
         let why = if img.format != Pixel::NV12 {
             format!("{:?} frames are not 8-bit NV12, which is what NVENC reads here", img.format)
         } else {
+            // The frames context keeps its own reference to the device.
             match crate::backend::nvdec::hw_device(&d.gpu)
-                .and_then(|hw| crate::backend::ffmpeg::DeviceFrames::nv12(&hw, w, h).map(|f| (hw, f)))
-                .and_then(|(hw, frames)| frames.try_encoder(&self.encoder, img.color).map(|_| (hw, frames)))
+                .and_then(|hw| crate::backend::ffmpeg::DeviceFrames::nv12(&hw, w, h))
+                .and_then(|frames| frames.try_encoder(&self.encoder, img.color).map(|_| frames))
             {
-                Ok((hw, frames)) => {
-                    return Some(DeviceOut { frames, gpu: d.gpu.clone(), to_nv12: None, color: img.color, _device: hw });
-                }
+                Ok(frames) => return Some(DeviceOut { frames, gpu: d.gpu.clone(), to_nv12: None, color: img.color }),
                 Err(e) => e,
             }
         };
@@ -255,14 +255,7 @@ fn write_on_device(
             let host = crate::stages::on_host(img, pool).map_err(StageError::Frame)?;
             let mut nv12 = ffmpeg_next::frame::Video::new(Pixel::NV12, w, h);
             // In the stream's own matrix and range, which the encoder is tagged with.
-            let to = Some(dev.color);
-            if !dev.to_nv12.as_ref().is_some_and(|s| s.fits_to(&host, w, h, Pixel::NV12, to)) {
-                dev.to_nv12 = Some(
-                    Scaler::new_to(&host, w, h, Pixel::NV12, sws_flags(Interpolation::Bilinear), to)
-                        .map_err(|e| StageError::Frame(e.to_string()))?,
-                );
-            }
-            dev.to_nv12.as_mut().expect("set above").run_into(&host, &mut nv12).map_err(StageError::Frame)?;
+            scaler(&mut dev.to_nv12, &host, (w, h, Pixel::NV12), Some(dev.color))?.run_into(&host, &mut nv12).map_err(StageError::Frame)?;
             DeviceFrames::upload(&mut pic, &nv12).map_err(StageError::Fatal)?;
             staged = Some(nv12);
         }
@@ -289,10 +282,16 @@ fn write_on_device(
     enc.push(pic, pts).map_err(StageError::Fatal)
 }
 
-/// Reuse `slot` if it converts `src` to `w`x`h` `fmt`, else build a new scaler.
-fn scaler<'a>(slot: &'a mut Option<Scaler>, src: &Image, w: u32, h: u32, fmt: Pixel) -> Result<&'a mut Scaler, StageError> {
-    if !slot.as_ref().is_some_and(|s| s.fits(src, w, h, fmt)) {
-        *slot = Some(Scaler::new(src, w, h, fmt, sws_flags(Interpolation::Bilinear)).map_err(|e| StageError::Frame(e.to_string()))?);
+/// Reuse `slot` if it converts `src` to `w`x`h` `fmt` (in colour `to`, see
+/// `Scaler::new_to`), else build a new scaler.
+fn scaler<'a>(
+    slot: &'a mut Option<Scaler>,
+    src: &Image,
+    (w, h, fmt): (u32, u32, Pixel),
+    to: Option<ColorInfo>,
+) -> Result<&'a mut Scaler, StageError> {
+    if !slot.as_ref().is_some_and(|s| s.fits_to(src, w, h, fmt, to)) {
+        *slot = Some(Scaler::new_to(src, w, h, fmt, sws_flags(Interpolation::Bilinear), to).map_err(|e| StageError::Frame(e.to_string()))?);
     }
     Ok(slot.as_mut().expect("set above"))
 }
@@ -328,24 +327,16 @@ impl Sink for VideoSink {
         let (w, h) = (out.enc.width, out.enc.height);
         let mut picture = out.enc.picture();
         if marks.is_empty() {
-            scaler(&mut out.to_yuv, &img, w, h, Pixel::YUV420P)?.run_into(&img, &mut picture).map_err(StageError::Frame)?;
+            scaler(&mut out.to_yuv, &img, (w, h, Pixel::YUV420P), None)?.run_into(&img, &mut picture).map_err(StageError::Frame)?;
         } else {
             // Draw at the source size (results are in source pixels), then scale to the output.
             let (sw, sh) = (img.width, img.height);
             let mut buf = pool.get(sw as usize * sh as usize * 3);
-            scaler(&mut out.to_rgb, &img, sw, sh, Pixel::RGB24)?.run(&img, &mut buf).map_err(StageError::Frame)?;
+            scaler(&mut out.to_rgb, &img, (sw, sh, Pixel::RGB24), None)?.run(&img, &mut buf).map_err(StageError::Frame)?;
             let mut canvas = Canvas::from_raw(sw, sh, buf).ok_or_else(|| StageError::Frame("picture size mismatch".into()))?;
             draw::draw(&mut canvas, &marks, (sh / 180).max(2), draw::font());
-            let rgb = Image {
-                width: sw,
-                height: sh,
-                format: Pixel::RGB24,
-                color: ColorInfo { matrix: Matrix::Unspecified, full_range: true },
-                offsets: [0; 4],
-                strides: [sw as i32 * 3, 0, 0, 0],
-                storage: Storage::Host(canvas.into_raw()),
-            };
-            scaler(&mut out.to_yuv, &rgb, w, h, Pixel::YUV420P)?.run_into(&rgb, &mut picture).map_err(StageError::Frame)?;
+            let rgb = Image::rgb24(sw, sh, canvas.into_raw());
+            scaler(&mut out.to_yuv, &rgb, (w, h, Pixel::YUV420P), None)?.run_into(&rgb, &mut picture).map_err(StageError::Frame)?;
         }
         // A file that cannot be written stays broken: stop rather than skip.
         out.enc.push(picture, frame.pts).map_err(StageError::Fatal)
