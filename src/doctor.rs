@@ -27,6 +27,9 @@ pub struct OrtFacts {
     pub origin: String,
     pub version: Option<String>,
     pub providers: Vec<String>,
+    /// Providers the library lists but cannot register here, with why (a
+    /// GPU build lists TensorRT even where libnvinfer is not installed).
+    pub unusable: std::collections::BTreeMap<String, String>,
     pub error: Option<String>,
 }
 
@@ -82,18 +85,24 @@ pub fn probe(ort_library: Option<&Path>) -> Doctor {
     let explicit = ort_library.map(|p| (p, "--ort-library"));
     let (lib, origin) = backend::ort::choose_library(explicit);
     let onnxruntime = match backend::ort::runtime(explicit) {
-        Ok(rt) => OrtFacts {
-            library: rt.library.display().to_string(),
-            origin: rt.origin.into(),
-            version: Some(rt.version()),
-            providers: rt.available_providers().iter().map(|p| p.to_string()).collect(),
-            error: None,
-        },
+        Ok(rt) => {
+            let listed = rt.available_providers();
+            let unusable = listed.iter().filter_map(|&p| rt.register_error(p).map(|e| (p.to_string(), e))).collect();
+            OrtFacts {
+                library: rt.library.display().to_string(),
+                origin: rt.origin.into(),
+                version: Some(rt.version()),
+                providers: listed.iter().map(|p| p.to_string()).collect(),
+                unusable,
+                error: None,
+            }
+        }
         Err(e) => OrtFacts {
             library: lib.display().to_string(),
             origin: origin.into(),
             version: None,
             providers: Vec::new(),
+            unusable: Default::default(),
             error: Some(e.to_string()),
         },
     };
@@ -104,17 +113,7 @@ pub fn probe(ort_library: Option<&Path>) -> Doctor {
         (false, true) => "FFmpeg software: this FFmpeg has hwaccel cuda, but there is no NVIDIA GPU".to_string(),
         (_, false) => "FFmpeg software: this FFmpeg has no cuda hwaccel".to_string(),
     };
-    let inference = if onnxruntime.error.is_some() {
-        "none: ONNX Runtime could not be loaded".to_string()
-    } else if gpu && onnxruntime.providers.iter().any(|p| p == "tensorrt") {
-        "tensorrt".to_string()
-    } else if gpu && onnxruntime.providers.iter().any(|p| p == "cuda") {
-        "cuda".to_string()
-    } else if onnxruntime.providers.iter().any(|p| p == "cuda") {
-        "cpu: this ONNX Runtime has CUDA providers, but there is no NVIDIA GPU".to_string()
-    } else {
-        "cpu: this ONNX Runtime build has no CUDA/TensorRT provider".to_string()
-    };
+    let inference = inference_line(&onnxruntime, gpu);
     let auto = backend::ffmpeg::EncoderSettings { codec: "auto".into(), preset: None, crf: None };
     let encode = match backend::ffmpeg::choose_encoder(&auto) {
         Ok(c) if c.name == "h264_nvenc" && gpu && cuda.built => {
@@ -125,6 +124,32 @@ pub fn probe(ort_library: Option<&Path>) -> Doctor {
         Err(e) => format!("none: {e}"),
     };
     Doctor { ffmpeg, gstreamer: gst(), onnxruntime, cuda, decode, inference, encode }
+}
+
+/// The best provider a pipeline gets, and why not a better one.
+fn inference_line(o: &OrtFacts, gpu: bool) -> String {
+    if o.error.is_some() {
+        return "none: ONNX Runtime could not be loaded".to_string();
+    }
+    let listed = |p: &str| o.providers.iter().any(|x| x == p);
+    let usable = |p: &str| listed(p) && !o.unusable.contains_key(p);
+    let why_not = |p: &str| o.unusable.get(p).map(|e| format!(" ({p} is listed but cannot load: {e})")).unwrap_or_default();
+    if !gpu {
+        return if listed("cuda") {
+            "cpu: this ONNX Runtime has CUDA providers, but there is no NVIDIA GPU".to_string()
+        } else {
+            "cpu: this ONNX Runtime build has no CUDA/TensorRT provider".to_string()
+        };
+    }
+    if usable("tensorrt") {
+        "tensorrt (CUDA behind it for the nodes TensorRT does not take)".to_string()
+    } else if usable("cuda") {
+        format!("cuda{}", why_not("tensorrt"))
+    } else if listed("cuda") {
+        format!("cpu: the CUDA provider cannot load here{}{}", why_not("cuda"), why_not("tensorrt"))
+    } else {
+        "cpu: this ONNX Runtime build has no CUDA/TensorRT provider".to_string()
+    }
 }
 
 impl Doctor {
@@ -149,7 +174,11 @@ impl Doctor {
                 o.version.as_deref().unwrap_or("?"),
                 o.library,
                 o.origin,
-                o.providers.join(", ")
+                o.providers
+                    .iter()
+                    .map(|p| if o.unusable.contains_key(p) { format!("{p} (cannot load)") } else { p.clone() })
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
             Some(e) => s.push_str(&format!("ONNX Runtime  not loaded: {e}\n")),
         }
@@ -166,5 +195,47 @@ impl Doctor {
         }
         s.push_str(&format!("=> decode:    {}\n=> inference: {}\n=> encode:    {}\n", self.decode, self.inference, self.encode));
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(providers: &[&str], unusable: &[(&str, &str)]) -> OrtFacts {
+        OrtFacts {
+            library: "lib".into(),
+            origin: "test".into(),
+            version: Some("1.31.1".into()),
+            providers: providers.iter().map(|p| p.to_string()).collect(),
+            unusable: unusable.iter().map(|(p, e)| (p.to_string(), e.to_string())).collect(),
+            error: None,
+        }
+    }
+
+    /// A provider the library lists but cannot register is never reported as
+    /// what a pipeline gets; the reason is named.
+    #[test]
+    fn inference_line_names_the_provider_that_really_loads() {
+        let all = ["tensorrt", "cuda", "cpu"];
+        assert!(inference_line(&facts(&all, &[]), true).starts_with("tensorrt"));
+        let no_trt = facts(&all, &[("tensorrt", "libnvinfer.so.10: cannot open shared object file")]);
+        assert_eq!(
+            inference_line(&no_trt, true),
+            "cuda (tensorrt is listed but cannot load: libnvinfer.so.10: cannot open shared object file)"
+        );
+        let neither = facts(&all, &[("tensorrt", "no libnvinfer"), ("cuda", "libcublas.so.13 missing")]);
+        let line = inference_line(&neither, true);
+        assert!(line.starts_with("cpu: the CUDA provider cannot load here") && line.contains("libcublas.so.13 missing"), "{line}");
+        assert!(
+            inference_line(&facts(&all, &[]), false).starts_with("cpu: this ONNX Runtime has CUDA providers, but there is no NVIDIA GPU")
+        );
+        assert!(inference_line(&facts(&["cpu"], &[]), true).starts_with("cpu: this ONNX Runtime build has no CUDA/TensorRT provider"));
+        let broken = OrtFacts { error: Some("x".into()), ..facts(&[], &[]) };
+        assert!(inference_line(&broken, true).starts_with("none"));
+        // The rendered provider list marks the one that cannot load.
+        let mut d = Doctor { onnxruntime: no_trt, ..probe(None) };
+        d.inference = inference_line(&d.onnxruntime, true);
+        assert!(d.render().contains("execution providers: tensorrt (cannot load), cuda, cpu"), "{}", d.render());
     }
 }

@@ -245,7 +245,8 @@ impl Gpu {
         self.ctx.cu_ctx()
     }
 
-    fn bind(&self) -> Result<(), GpuError> {
+    /// Make the device's context current on this thread.
+    pub fn bind(&self) -> Result<(), GpuError> {
         self.ctx.bind_to_thread().map_err(drv)
     }
 

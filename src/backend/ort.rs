@@ -111,6 +111,23 @@ impl OrtRuntime {
         v.push(ProviderName::Cpu);
         v
     }
+
+    /// Why `provider` cannot be registered on a session here, if it cannot.
+    /// A GPU build of ONNX Runtime lists TensorRT whether or not TensorRT
+    /// itself (libnvinfer) is installed: registering loads the provider's
+    /// library and what it links, which is what a session would do.
+    pub fn register_error(&self, provider: ProviderName) -> Option<String> {
+        let mut b = match Session::builder(&self.env) {
+            Ok(b) => b,
+            Err(e) => return Some(e.to_string()),
+        };
+        let r = match provider {
+            ProviderName::Tensorrt => ep::TensorRT::default().register(&mut b),
+            ProviderName::Cuda => ep::CUDA::default().register(&mut b),
+            ProviderName::Cpu => return None,
+        };
+        r.err().map(|e| e.to_string())
+    }
 }
 
 /// A model input or output as the model declares it (`-1` = dynamic).
@@ -143,6 +160,12 @@ pub struct SessionOptions {
     pub intra_threads: usize,
     pub inter_threads: usize,
     pub spinning: bool,
+    /// Run a GPU provider's session once, on zeros of this shape fed to the
+    /// named input (or the first), before taking it: a provider that loads
+    /// but cannot run the model (TensorRT failing to build its engine, a
+    /// missing cuDNN) then falls back like one that cannot load, instead of
+    /// failing the first frame.
+    pub probe: Option<(Option<String>, Vec<usize>)>,
 }
 
 impl SessionOptions {
@@ -153,6 +176,7 @@ impl SessionOptions {
             intra_threads: 1,
             inter_threads: 1,
             spinning: false,
+            probe: None,
         }
     }
 }
@@ -165,6 +189,22 @@ pub struct ModelSession {
     pub fallbacks: Vec<(ProviderName, String)>,
     pub inputs: Vec<IoInfo>,
     pub outputs: Vec<IoInfo>,
+    /// The pipeline GPU whose stream the session's GPU provider was given
+    /// (None on the CPU, or when the provider runs on a stream of its own).
+    #[cfg(feature = "cuda")]
+    pub gpu: Option<std::sync::Arc<crate::backend::cuda::Gpu>>,
+}
+
+impl ModelSession {
+    /// Make the session's device current on this thread before a run (a
+    /// provider given a stream may leave that to the caller).
+    pub fn bind_device(&self) -> Result<(), String> {
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = &self.gpu {
+            gpu.bind().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
 }
 
 fn builder(rt: &OrtRuntime, opts: &SessionOptions) -> Result<ort::session::builder::SessionBuilder, String> {
@@ -227,56 +267,100 @@ fn tensorrt(rt: &OrtRuntime, model: &Path, spec: &ProviderSpec) -> Result<ep::Te
     Ok(t)
 }
 
-/// The pipeline's one CUDA stream for a GPU provider, so that inference is
-/// ordered after the preprocess kernels without a host wait (None without a GPU).
-fn shared_stream(spec: &ProviderSpec) -> Option<*mut ()> {
-    #[cfg(feature = "cuda")]
-    if matches!(spec.name, ProviderName::Cuda | ProviderName::Tensorrt) {
-        return crate::backend::cuda::Gpu::shared(spec.device_id as usize).ok().map(|g| g.cu_stream() as *mut ());
+/// The pipeline's GPU for a GPU provider, whose one CUDA stream the provider
+/// is given so that inference is ordered after the preprocess kernels without
+/// a host wait (None without a GPU, loudly when one was expected).
+#[cfg(feature = "cuda")]
+fn shared_gpu(spec: &ProviderSpec, model: &Path) -> Option<std::sync::Arc<crate::backend::cuda::Gpu>> {
+    if !matches!(spec.name, ProviderName::Cuda | ProviderName::Tensorrt) {
+        return None;
     }
-    let _ = spec;
-    None
+    let device = usize::try_from(spec.device_id).ok()?;
+    match crate::backend::cuda::Gpu::shared(device) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::warn!(
+                "{}: `{}` gets a CUDA stream of its own, not the pipeline's ({e}): frames and results go through host memory",
+                model.display(),
+                spec.name
+            );
+            None
+        }
+    }
 }
 
-/// Open `model`, trying the providers in order. A provider that fails is
-/// reported with a warning (or is an error when marked required).
+/// The CUDA provider for `spec`'s device, on `stream` when given.
+fn cuda_provider(spec: &ProviderSpec, stream: Option<*mut ()>) -> ep::CUDA {
+    let c = ep::CUDA::default().with_device_id(spec.device_id).with_tf32(spec.tf32);
+    match stream {
+        // SAFETY: the stream belongs to the device's primary context (the one
+        // the provider uses) and lives as long as the process.
+        Some(s) => unsafe { c.with_compute_stream(s) },
+        None => c,
+    }
+}
+
+/// Run `session` once on zeros of `shape` (see [`SessionOptions::probe`]).
+fn probe_run(session: &mut Session, input: Option<&str>, shape: &[usize]) -> Result<(), String> {
+    let name = match input {
+        Some(n) if session.inputs().iter().any(|i| i.name() == n) => n.to_string(),
+        _ => session.inputs().first().map(|i| i.name().to_string()).ok_or("the model has no inputs")?,
+    };
+    let zeros = vec![0f32; shape.iter().product()];
+    let t = ort::value::TensorRef::from_array_view((shape.to_vec(), zeros.as_slice())).map_err(|e| e.to_string())?;
+    session.run(ort::inputs![name.as_str() => t]).map(|_| ()).map_err(|e| format!("first run on {shape:?} failed: {e}"))
+}
+
+/// Open `model`, trying the providers in order. A provider that fails to
+/// load, or (with a probe shape) to run, is reported with a warning, or is an
+/// error when marked required. TensorRT is registered with the CUDA provider
+/// behind it (same device and stream), so the nodes TensorRT does not take
+/// run on CUDA rather than on the CPU.
 pub fn open_session(rt: &OrtRuntime, model: &Path, opts: &SessionOptions) -> Result<ModelSession, OrtError> {
     let mut fallbacks = Vec::new();
     for spec in &opts.providers {
+        #[cfg(feature = "cuda")]
+        let gpu = shared_gpu(spec, model);
+        #[cfg(feature = "cuda")]
+        let stream = gpu.as_ref().map(|g| g.cu_stream() as *mut ());
+        #[cfg(not(feature = "cuda"))]
+        let stream: Option<*mut ()> = None;
         let attempt = (|| -> Result<Session, String> {
             let b = builder(rt, opts)?;
-            let stream = shared_stream(spec);
-            let dispatch = match spec.name {
+            let providers = match spec.name {
                 ProviderName::Tensorrt => {
                     let t = tensorrt(rt, model, spec)?;
-                    // SAFETY: the stream belongs to the device's primary context (the
-                    // one the provider uses) and lives as long as the process.
+                    // SAFETY: as in `cuda_provider`.
                     let t = match stream {
                         Some(s) => unsafe { t.with_compute_stream(s) },
                         None => t,
                     };
-                    t.build().error_on_failure()
+                    vec![t.build().error_on_failure(), cuda_provider(spec, stream).build().error_on_failure()]
                 }
-                ProviderName::Cuda => {
-                    let c = ep::CUDA::default().with_device_id(spec.device_id);
-                    // SAFETY: as above.
-                    let c = match stream {
-                        Some(s) => unsafe { c.with_compute_stream(s) },
-                        None => c,
-                    };
-                    c.build().error_on_failure()
-                }
+                ProviderName::Cuda => vec![cuda_provider(spec, stream).build().error_on_failure()],
                 // The CPU EP defaults to no memory arena in ort; the arena is ONNX Runtime's own default and much faster.
-                ProviderName::Cpu => ep::CPU::default().with_arena_allocator(true).build().error_on_failure(),
+                ProviderName::Cpu => vec![ep::CPU::default().with_arena_allocator(true).build().error_on_failure()],
             };
-            let mut b = b.with_execution_providers([dispatch]).map_err(|e| e.to_string())?;
-            b.commit_from_file(model).map_err(|e| e.to_string())
+            let mut b = b.with_execution_providers(providers).map_err(|e| e.to_string())?;
+            let mut session = b.commit_from_file(model).map_err(|e| e.to_string())?;
+            if let (Some((input, shape)), ProviderName::Tensorrt | ProviderName::Cuda) = (&opts.probe, spec.name) {
+                probe_run(&mut session, input.as_deref(), shape)?;
+            }
+            Ok(session)
         })();
         match attempt {
             Ok(session) => {
                 let inputs = session.inputs().iter().map(IoInfo::from_outlet).collect();
                 let outputs = session.outputs().iter().map(IoInfo::from_outlet).collect();
-                return Ok(ModelSession { session, provider: spec.name, fallbacks, inputs, outputs });
+                return Ok(ModelSession {
+                    session,
+                    provider: spec.name,
+                    fallbacks,
+                    inputs,
+                    outputs,
+                    #[cfg(feature = "cuda")]
+                    gpu,
+                });
             }
             Err(reason)
                 if !model.exists()
@@ -387,6 +471,18 @@ impl Src<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// A device part must hold the values it claims: a copy past the end of a
+    /// device buffer would poison the context for every stage.
+    fn check(&self) -> Result<(), String> {
+        #[cfg(feature = "cuda")]
+        if let Src::Device(buf, n) = self
+            && n.checked_mul(4).is_none_or(|b| b > buf.bytes)
+        {
+            return Err(format!("a device tensor of {} bytes cannot hold {n} values", buf.bytes));
+        }
+        Ok(())
+    }
 }
 
 /// Copy `parts` one after the other into `dst` (host memory): device parts
@@ -394,6 +490,7 @@ impl Src<'_> {
 pub fn stack_on_host(parts: &[Src<'_>], dst: &mut [f32]) -> Result<(), String> {
     let mut at = 0;
     for p in parts {
+        p.check()?;
         let slot = dst.get_mut(at..at + p.len()).ok_or("the parts do not fit the tensor")?;
         match p {
             Src::Host(d) => slot.copy_from_slice(d),
@@ -545,6 +642,9 @@ impl Bindings {
         if given != total {
             return Err(format!("input of shape {shape:?} needs {total} values, got {given}"));
         }
+        for p in parts {
+            p.check()?;
+        }
         let i = self.slot(session, shape)?;
         let memory = self.memory.clone();
         let b = &mut self.cache[i];
@@ -626,6 +726,10 @@ fn collect<B: std::ops::DerefMut<Target = [f32]>>(
                 let (_, d) = t.extract_tensor();
                 host.copy_from_slice(d);
             }
+            #[cfg(feature = "cuda")]
+            // An empty output may have no device address at all.
+            #[cfg(feature = "cuda")]
+            BindMemory::Device(_) if host.is_empty() => {}
             #[cfg(feature = "cuda")]
             BindMemory::Device(gpu) => {
                 // SAFETY: the output holds `host.len()` values on the device (its
@@ -745,8 +849,9 @@ mod tests {
         let models = std::env::var_os("INFER_STREAM_TEST_MODELS")
             .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models"), PathBuf::from);
         let model = models.join("ppocr/ch_PP-OCRv4_det_infer.onnx");
+        // TF32 off: compared with the CPU provider below.
         let cuda_opts = SessionOptions {
-            providers: vec![ProviderSpec { required: true, ..ProviderSpec::named(ProviderName::Cuda) }],
+            providers: vec![ProviderSpec { required: true, tf32: false, ..ProviderSpec::named(ProviderName::Cuda) }],
             ..SessionOptions::cpu_single()
         };
         let mut g = open_session(rt, &model, &cuda_opts).unwrap();
@@ -766,9 +871,11 @@ mod tests {
         let shape = [1usize, 3, 384, 640];
         let n: usize = shape.iter().product();
         let mut worst = (0f32, 0f32);
+        let image = |seed: u32| -> Vec<f32> {
+            (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 255) as f32 / 127.5 - 1.0).collect()
+        };
         for seed in 0..4u32 {
-            let x: Vec<f32> =
-                (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 255) as f32 / 127.5 - 1.0).collect();
+            let x = image(seed);
             let dev = gpu.alloc(n * 4).unwrap();
             gpu.upload(&x, dev.ptr).unwrap();
             let from_host = b.run(&mut g.session, &shape, &[Src::Host(&x)], |_, n| vec![0f32; n]).unwrap();
@@ -781,10 +888,61 @@ mod tests {
             assert!(d_host < 1e-4 && d_dev < 1e-4, "bound runs differ from the provider's plain run");
             worst = (worst.0.max(d_dev), worst.1.max(d_cpu));
         }
-        // A probability map: TF32 convolutions may move values slightly.
+        // A probability map: float sums in another order move values slightly.
         assert!(worst.1 < 2e-2, "CUDA and CPU providers differ by {}", worst.1);
         assert_eq!(b.created(), 1, "one binding for one shape");
+        // A batch of two device tensors stacked into one bound input, then a
+        // partial batch again: each frame's slice equals its own run.
+        let (x, y) = (image(11), image(12));
+        let (dx, dy) = (gpu.alloc(n * 4).unwrap(), gpu.alloc(n * 4).unwrap());
+        gpu.upload(&x, dx.ptr).unwrap();
+        gpu.upload(&y, dy.ptr).unwrap();
+        let two = [2usize, 3, 384, 640];
+        let got = b.run(&mut g.session, &two, &[Src::Device(&dx, n), Src::Device(&dy, n)], |_, n| vec![0f32; n]).unwrap();
+        assert_eq!(got[0].1, vec![2, 1, 384, 640]);
+        let per = got[0].2.len() / 2;
+        let (px, py) = (plain(&mut g, &shape, &x), plain(&mut g, &shape, &y));
+        let (d0, d1) = (max_diff(&got[0].2[..per], &px), max_diff(&got[0].2[per..], &py));
+        eprintln!("batch of two from device tensors: slices vs single runs {d0:e}, {d1:e}");
+        assert!(d0 < 1e-4 && d1 < 1e-4, "stacked device batch differs from single runs");
+        let again = b.run(&mut g.session, &shape, &[Src::Device(&dy, n)], |_, n| vec![0f32; n]).unwrap();
+        assert!(max_diff(&again[0].2, &py) < 1e-4, "the single-frame binding after a batch");
+        assert_eq!(b.created(), 2, "one binding per shape: [1,...] and [2,...]");
+        // A device part that claims more values than its buffer holds is refused, not read past.
+        let e = b.run(&mut g.session, &shape, &[Src::Device(&gpu.alloc(16).unwrap(), n)], |_, n| vec![0f32; n]).unwrap_err();
+        assert!(e.contains("cannot hold"), "{e}");
         eprintln!("device bindings: worst difference to plain runs {:e}, CUDA vs CPU {:e}", worst.0, worst.1);
+    }
+
+    /// The first run a GPU provider's session gets before it is taken: zeros
+    /// of the probe shape into the named input (or the first); a shape the
+    /// model refuses is an error naming the shape, so the provider is not taken.
+    #[test]
+    fn probe_run_feeds_zeros_of_the_shape() {
+        let rt = runtime(None).unwrap();
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/ppocr/ch_PP-OCRv4_det_infer.onnx");
+        let mut m = open_session(rt, &model, &SessionOptions::cpu_single()).unwrap();
+        let input = m.inputs[0].name.clone();
+        probe_run(&mut m.session, Some(&input), &[1, 3, 32, 32]).unwrap();
+        probe_run(&mut m.session, None, &[1, 3, 32, 32]).unwrap();
+        probe_run(&mut m.session, Some("no such input"), &[1, 3, 32, 32]).unwrap();
+        let e = probe_run(&mut m.session, None, &[1, 5, 32, 32]).unwrap_err();
+        assert!(e.starts_with("first run on [1, 5, 32, 32] failed:"), "{e}");
+    }
+
+    /// The CPU build of ONNX Runtime cannot register the GPU providers, and says why.
+    #[test]
+    fn register_error_says_why_a_provider_cannot_load() {
+        let rt = runtime(None).unwrap();
+        assert_eq!(rt.register_error(ProviderName::Cpu), None);
+        if rt.available_providers().contains(&ProviderName::Cuda) {
+            eprintln!("skipped: {} has the CUDA provider", rt.library.display());
+            return;
+        }
+        for p in [ProviderName::Cuda, ProviderName::Tensorrt] {
+            let e = rt.register_error(p).unwrap_or_else(|| panic!("{p} registered on the CPU build"));
+            assert!(!e.is_empty());
+        }
     }
 
     #[test]

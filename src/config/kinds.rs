@@ -562,13 +562,17 @@ pub struct ProviderSpec {
     pub name: ProviderName,
     /// A required provider that cannot load is an error, never a fallback.
     pub required: bool,
+    /// The GPU (0 or more).
     pub device_id: i32,
+    /// TF32 tensor-core maths in the CUDA provider (ONNX Runtime's default,
+    /// on); off gives results closer to the CPU's, slower.
+    pub tf32: bool,
     pub tensorrt: TensorRtOptions,
 }
 
 impl ProviderSpec {
     pub fn named(name: ProviderName) -> Self {
-        ProviderSpec { name, required: false, device_id: 0, tensorrt: TensorRtOptions::default() }
+        ProviderSpec { name, required: false, device_id: 0, tf32: true, tensorrt: TensorRtOptions::default() }
     }
 }
 
@@ -582,6 +586,7 @@ impl<'de> Deserialize<'de> for ProviderSpec {
             required: bool,
             #[serde(default)]
             device_id: i32,
+            tf32: Option<bool>,
             #[serde(default)]
             fp16: bool,
             #[serde(default)]
@@ -621,10 +626,16 @@ impl<'de> Deserialize<'de> for ProviderSpec {
                         t.name
                     )));
                 }
+                if t.device_id < 0 {
+                    return Err(de::Error::custom(format!("device_id = {} is not a GPU index (0 or more)", t.device_id)));
+                }
+                if t.tf32.is_some() && t.name == ProviderName::Cpu {
+                    return Err(de::Error::custom("tf32 applies to `cuda` and `tensorrt` (its CUDA provider), not `cpu`"));
+                }
                 if t.int8 && tensorrt.int8_calibration_table.is_none() {
                     return Err(de::Error::custom("int8 = true needs int8_calibration_table"));
                 }
-                Ok(ProviderSpec { name: t.name, required: t.required, device_id: t.device_id, tensorrt })
+                Ok(ProviderSpec { name: t.name, required: t.required, device_id: t.device_id, tf32: t.tf32.unwrap_or(true), tensorrt })
             }
         }
         d.deserialize_any(V)

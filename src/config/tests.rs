@@ -140,6 +140,17 @@ fn providers_as_names_or_tables() {
         headlines(&misplaced),
         vec!["p.toml:8:14: fp16, int8, int8_calibration_table, engine_cache, timing_cache and *_shapes apply to `tensorrt`, not `cuda`"]
     );
+    let one = |providers: &str| {
+        format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\nproviders = [{providers}]\n{SINK}")
+    };
+    assert_eq!(headlines(&one("{ name = \"cuda\", device_id = -1 }")), vec!["p.toml:8:14: device_id = -1 is not a GPU index (0 or more)"]);
+    assert_eq!(
+        headlines(&one("{ name = \"cpu\", tf32 = false }")),
+        vec!["p.toml:8:14: tf32 applies to `cuda` and `tensorrt` (its CUDA provider), not `cpu`"]
+    );
+    let (cfg, _) = parse_lenient(Path::new("p.toml"), one("{ name = \"cuda\", tf32 = false }, \"cuda\""));
+    let NodeKind::Infer(c) = &cfg.unwrap().nodes[1].kind else { panic!() };
+    assert_eq!(c.providers.get_ref().iter().map(|p| p.tf32).collect::<Vec<_>>(), vec![false, true], "tf32 is on unless turned off");
 }
 
 #[test]

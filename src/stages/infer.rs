@@ -26,8 +26,8 @@ pub struct Infer {
 }
 
 /// Where the stage binds its model's input and outputs, if it does
-/// (`io_binding`): device memory for a GPU provider when the pipeline has the
-/// GPU, host memory otherwise.
+/// (`io_binding`): device memory for a GPU provider running on the
+/// pipeline's GPU and stream, host memory otherwise.
 fn bind_memory(c: &InferConfig, m: &ModelSession, name: &str) -> Option<BindMemory> {
     let gpu_provider = matches!(m.provider, ProviderName::Cuda | ProviderName::Tensorrt);
     match c.io_binding {
@@ -38,16 +38,15 @@ fn bind_memory(c: &InferConfig, m: &ModelSession, name: &str) -> Option<BindMemo
     if !gpu_provider {
         return Some(BindMemory::Host);
     }
+    // Device bindings skip ONNX Runtime's wait after a run: only sound when
+    // the provider runs on the stream the copies in and out are queued on.
     #[cfg(feature = "cuda")]
-    {
-        let device_id = c.providers.get_ref().iter().find(|p| p.name == m.provider).map_or(0, |p| p.device_id);
-        match crate::backend::cuda::Gpu::shared(device_id.max(0) as usize) {
-            Ok(gpu) => return Some(BindMemory::Device(gpu)),
-            Err(e) => tracing::warn!(
-                "stage `{name}`: {} runs on the GPU but the pipeline cannot use it ({e}); inputs and outputs go through host memory",
-                m.provider
-            ),
-        }
+    match &m.gpu {
+        Some(gpu) => return Some(BindMemory::Device(gpu.clone())),
+        None => tracing::warn!(
+            "stage `{name}`: {} does not run on the pipeline's GPU stream (see above); inputs and outputs go through host memory",
+            m.provider
+        ),
     }
     #[cfg(not(feature = "cuda"))]
     tracing::warn!(
@@ -87,6 +86,7 @@ impl Infer {
             intra_threads,
             inter_threads: c.inter_threads.unwrap_or(1),
             spinning: c.spinning,
+            probe: warm_shape.clone().map(|shape| (c.input.as_ref().map(|n| n.get_ref().clone()), shape)),
         };
         let m = open_session(rt, &path, &opts).map_err(|e| {
             let span = if matches!(e, crate::backend::ort::OrtError::Required { .. }) && c.providers.span() != (0..0) {
@@ -190,6 +190,7 @@ impl Infer {
     /// buffer (device parts downloaded into their place).
     fn run_parts(&mut self, shape: &[usize], parts: &[Src<'_>]) -> Result<Vec<(String, Tensor)>, String> {
         if let Some(b) = self.bound.as_mut() {
+            self.m.bind_device()?;
             let pools = &self.pools;
             let mut k = 0;
             let outs = b.run(&mut self.m.session, shape, parts, |_, n| {
@@ -212,6 +213,7 @@ impl Infer {
     /// A plain run (no binding), the input read in place: crop batches,
     /// whose size changes from frame to frame, always run this way.
     fn run_plain(&mut self, shape: &[usize], data: &[f32]) -> Result<Vec<(String, Tensor)>, String> {
+        self.m.bind_device()?;
         let input = TensorRef::from_array_view((shape.to_vec(), data)).map_err(|e| e.to_string())?;
         let outputs = self.m.session.run(ort::inputs![self.input.as_str() => input]).map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(self.output_names.len());
