@@ -756,3 +756,31 @@ fn images_sink_writes_annotated_snapshots() {
         }
     }
 }
+
+/// A closed stderr (a log reader gone, `2>&1 | head`) is not a crash: the run
+/// still writes every result and its report and exits with its own code, and
+/// a broken pipeline file still exits 2.
+#[test]
+fn closed_stderr_loses_nothing() {
+    require_assets();
+    let out = tempfile::tempdir().unwrap();
+    let report = out.path().join("report.json");
+    let mut child = bin()
+        .args(["run", "tests/data/stdout.toml", "--progress", "always", "--report", report.to_str().unwrap()])
+        .env("INFER_STREAM_TEST_OUT", out.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let mut text = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut text).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "a closed stderr changed the exit code");
+    assert_eq!(text.lines().count(), 7, "{text}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report written")).unwrap();
+    assert_eq!(r["frames"]["processed"], 7, "{r}");
+    let mut child = bin().args(["validate", "tests/data/broken/typo.toml"]).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(2));
+}

@@ -20,6 +20,45 @@ use infer_stream::runtime::trace::Tracer;
 use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
 use infer_stream::stages::{self, BuildOptions};
 
+// `println!` and friends panic when their stream is closed (`2>&1 | head`, a
+// log collector gone). Here they write and ignore the error: a run whose
+// reader went away still drains, writes its results and its report, and
+// exits with its own code.
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+macro_rules! println {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! print {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// Standard error for the log, write errors ignored: tracing-subscriber
+/// reports a failed write with `eprintln!`, which panics on a closed stderr.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// When the process started (for "ready in" and time to first result).
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
@@ -181,7 +220,7 @@ fn init_logging(verbose: u8, quiet: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: logs kept in files stay free of escape codes.
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .with_target(false)
