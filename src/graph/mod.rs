@@ -498,6 +498,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     }
 
     check_video_sinks(cfg, &producers, &mut diags);
+    check_output_files(cfg, &producers, &mut diags);
 
     // Cycles: depth-first search; each cycle is reported once, as its chain.
     let order = match topo_order(&producers) {
@@ -570,6 +571,90 @@ pub fn upstream_sources(cfg: &PipelineConfig, producers: &[Vec<usize>], i: usize
         stack.extend(&producers[j]);
     }
     (0..producers.len()).filter(|&j| seen[j] && cfg.nodes[j].role == Role::Source).collect()
+}
+
+/// `path` with `.` and `..` worked out in the text (nothing need exist yet).
+fn lexical(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// No two outputs may be one file: two sinks writing one path, or one
+/// sink's `{stream}` files for streams whose names make one file name (`a b`
+/// and `a_b` both make `a_b`: names are made file-name safe). Either would
+/// silently overwrite or interleave results.
+fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
+    use crate::stages::sinks::stream_file_name;
+    // A file (or, for a `dir` source's streams, a path template) → who writes it.
+    let mut taken: HashMap<std::path::PathBuf, (&str, String)> = HashMap::new();
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        let (value, images, only) = match &node.kind {
+            NodeKind::Ndjson(c) => (&c.path, false, None),
+            NodeKind::Subtitles(c) => (&c.path, false, None),
+            NodeKind::Video(c) => (&c.path, false, c.stream.as_ref().map(|s| s.get_ref().as_str())),
+            NodeKind::Images(c) => (&c.folder, true, None),
+            _ => continue,
+        };
+        // Unset variables and stdout are reported or allowed elsewhere.
+        let (Ok(text), Ok(path)) = (cfg.expand(value), cfg.resolve_path(value)) else { continue };
+        if text == "-" {
+            continue;
+        }
+        let path = lexical(&path);
+        // `None`: every stream of a `dir` source (the template itself is the key).
+        let file_of = |stream: Option<&str>| -> std::path::PathBuf {
+            let safe = stream.map_or_else(|| "{stream}".to_string(), stream_file_name);
+            if images {
+                // Snapshots are `STREAM-SEQ.ext` in the folder.
+                path.join(format!("{safe}-*"))
+            } else {
+                let name = path.file_name().map(|n| n.to_string_lossy().replace("{stream}", &safe)).unwrap_or_default();
+                path.with_file_name(name)
+            }
+        };
+        let mut files = Vec::new();
+        if images || text.contains("{stream}") {
+            for j in upstream_sources(cfg, producers, i) {
+                let source = &cfg.nodes[j];
+                if only.is_some_and(|o| o != source.name) {
+                    continue;
+                }
+                if matches!(source.kind, NodeKind::Dir(_)) {
+                    // Named at run time, one per input file (the `dir` source checks its own names).
+                    files.push((file_of(None), format!("the files of `dir` source `{}`", source.name)));
+                } else {
+                    files.push((file_of(Some(&source.name)), format!("stream `{}`", source.name)));
+                }
+            }
+        } else {
+            files.push((path.clone(), String::new()));
+        }
+        for (file, what) in files {
+            match taken.get(&file) {
+                Some((sink, other)) if *sink == node.name => diags.push(
+                    cfg.diag(value.span(), format!("sink `{sink}`: {other} and {what} would write the same file {}", file.display()))
+                        .with_help("stream names are made file-name safe (characters other than letters, digits, `-`, `_` and `.` become `_`): rename one of the sources"),
+                ),
+                Some((sink, _)) => diags.push(
+                    cfg.diag(value.span(), format!("sinks `{sink}` and `{}` would write the same file {}", node.name, file.display()))
+                        .with_help("give each sink its own path"),
+                ),
+                None => {
+                    taken.insert(file, (node.name.as_str(), what));
+                }
+            }
+        }
+    }
 }
 
 /// A `video` sink writes one stream per file: several streams need `{stream}`
@@ -914,6 +999,46 @@ mod tests {
         let pos = |x| c.iter().position(|&v| v == x).unwrap();
         assert_eq!((pos(2) + 3 - pos(1)) % 3, 1, "1 flows into 2: {c:?}");
         assert_eq!((pos(3) + 3 - pos(2)) % 3, 1, "2 flows into 3: {c:?}");
+    }
+
+    fn errors(src: String) -> Vec<String> {
+        let cfg = crate::config::parse(std::path::Path::new("/p/p.toml"), src).unwrap();
+        match check(&cfg) {
+            Ok(_) => Vec::new(),
+            Err(d) => d.0.iter().map(|d| d.headline()).collect(),
+        }
+    }
+
+    /// Two outputs that would be one file are located errors, before anything runs.
+    #[test]
+    fn outputs_that_would_share_a_file_are_errors() {
+        let src = |a: &str, b: &str, sinks: &str| {
+            format!("[sources.\"{a}\"]\nkind = \"testsrc\"\n[sources.\"{b}\"]\nkind = \"testsrc\"\n{sinks}",)
+        };
+        let one = |kind: &str, key: &str, path: &str| {
+            format!("[sinks.out]\nkind = \"{kind}\"\ninputs = [\"a b\", \"a_b\"]\n{key} = \"{path}\"\n")
+        };
+        // Streams `a b` and `a_b` of one sink.
+        let e = errors(src("a b", "a_b", &one("ndjson", "path", "out/{stream}.ndjson")));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("sink `out`: stream `a b` and stream `a_b` would write the same file /p/out/a_b.ndjson"), "{e:?}");
+        let e = errors(src("a b", "a_b", &one("video", "path", "out/{stream}.mp4")));
+        assert_eq!(e.len(), 1, "{e:?}");
+        let e = errors(src("a b", "a_b", &one("subtitles", "path", "out/{stream}.srt")));
+        assert_eq!(e.iter().filter(|e| e.contains("would write the same file /p/out/a_b.srt")).count(), 1, "{e:?}");
+        assert!(errors(src("a b", "a_b", &one("images", "folder", "shots")))[0].contains("/p/shots/a_b-*"));
+        // Distinct names are fine; one file for both streams is fine.
+        assert_eq!(errors(src("a b", "a_b", &one("ndjson", "path", "out/all.ndjson"))), Vec::<String>::new());
+        let fine = "[sources.a]\nkind = \"testsrc\"\n[sources.b]\nkind = \"testsrc\"\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"a\", \"b\"]\npath = \"out/{stream}.ndjson\"\n";
+        assert_eq!(errors(fine.to_string()), Vec::<String>::new());
+        // Two sinks, one path (however it is written).
+        let two = "[sources.a]\nkind = \"testsrc\"\n[sinks.x]\nkind = \"ndjson\"\ninputs = [\"a\"]\npath = \"out/same.ndjson\"\n[sinks.y]\nkind = \"ndjson\"\ninputs = [\"a\"]\npath = \"out/./sub/../same.ndjson\"\n";
+        let e = errors(two.to_string());
+        assert_eq!(e, vec!["/p/p.toml:10:8: sinks `x` and `y` would write the same file /p/out/same.ndjson"], "{e:?}");
+        // A `dir` source's files through two sinks with one template.
+        let dir = "[sources.d]\nkind = \"dir\"\npath = \"in\"\n[sinks.x]\nkind = \"ndjson\"\ninputs = [\"d\"]\npath = \"out/{stream}.ndjson\"\n[sinks.y]\nkind = \"ndjson\"\ninputs = [\"d\"]\npath = \"out/{stream}.ndjson\"\n";
+        let e = errors(dir.to_string());
+        assert!(e.len() == 1 && e[0].contains("sinks `x` and `y` would write the same file /p/out/{stream}.ndjson"), "{e:?}");
     }
 }
 
