@@ -107,9 +107,10 @@ pub struct FileSourceConfig {
     /// Path (relative to the pipeline file), URL, or `-` for a stream on stdin (format probed).
     pub uri: Spanned<String>,
     /// Decoder threads; 0 lets FFmpeg choose (default).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked::threads")]
     pub decoder_threads: usize,
     /// Stop after this many frames.
+    #[serde(default, deserialize_with = "checked::opt_frames")]
     pub max_frames: Option<u64>,
     /// Pace frames at their timestamps, as a live camera would deliver them
     /// (queues then default to `drop_oldest`).
@@ -173,9 +174,10 @@ pub struct DirSourceConfig {
     #[serde(default = "one_nz")]
     pub parallel: Spanned<std::num::NonZeroUsize>,
     /// Decoder threads per file; 0 lets FFmpeg choose.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked::threads")]
     pub decoder_threads: usize,
     /// Stop each file after this many frames.
+    #[serde(default, deserialize_with = "checked::opt_frames")]
     pub max_frames: Option<u64>,
     /// The batch state file (files done, files failed); default: `.infer-stream-batch.json`
     /// in the folder of the first `{stream}` NDJSON output, else none (no resume).
@@ -286,9 +288,10 @@ pub struct RtspSourceConfig {
     /// Audio: samples between window starts (default: the window).
     pub hop: Option<Spanned<usize>>,
     /// Decoder threads; 0 lets FFmpeg choose (default).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked::threads")]
     pub decoder_threads: usize,
     /// Stop after this many frames.
+    #[serde(default, deserialize_with = "checked::opt_frames")]
     pub max_frames: Option<u64>,
 }
 
@@ -319,6 +322,7 @@ pub struct TestSrcConfig {
     pub rate: f64,
     pub frames: Option<u64>,
     /// Seconds (used when `frames` is not set); neither: endless.
+    #[serde(default, deserialize_with = "checked::opt_seconds")]
     pub duration: Option<f64>,
     /// Deliver frames at `rate` instead of as fast as possible.
     #[serde(default)]
@@ -386,6 +390,7 @@ pub struct AudioTestSrcConfig {
     #[serde(default = "gap_ms")]
     pub gap_ms: u64,
     /// Seconds in all; none: endless.
+    #[serde(default, deserialize_with = "checked::opt_seconds")]
     pub duration: Option<f64>,
     /// Deliver windows at their own pace, as a microphone would.
     #[serde(default)]
@@ -490,11 +495,11 @@ pub struct PreprocessConfig {
     #[serde(default)]
     pub color: ChannelOrder,
     /// value = (pixel × scale − mean) / std, per channel in `color` order.
-    #[serde(default = "zeros3")]
+    #[serde(default = "zeros3", deserialize_with = "checked::finite3")]
     pub mean: [f32; 3],
-    #[serde(default = "ones3")]
+    #[serde(default = "ones3", deserialize_with = "checked::divisors3")]
     pub std: [f32; 3],
-    #[serde(default = "inv255")]
+    #[serde(default = "inv255", deserialize_with = "checked::scale")]
     pub scale: f32,
     #[serde(default)]
     pub layout: Layout,
@@ -507,6 +512,68 @@ pub struct PreprocessConfig {
     /// CUDA device for `device = "cuda"` with host frames.
     #[serde(default)]
     pub device_id: usize,
+}
+
+/// Value checks made while reading, so an error points at the value itself.
+mod checked {
+    use serde::de::{self, Deserialize, Deserializer};
+
+    /// Most threads a source, decoder or model may ask for: far more than any
+    /// machine has cores, few enough that a typo cannot exhaust memory.
+    pub const MAX_THREADS: usize = 256;
+
+    fn too_many<E: de::Error>(n: usize) -> E {
+        E::custom(format!("{n} threads is more than {MAX_THREADS} (each takes memory before doing any work)"))
+    }
+
+    pub fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        let n = usize::deserialize(d)?;
+        if n > MAX_THREADS { Err(too_many(n)) } else { Ok(n) }
+    }
+
+    pub fn opt_threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+        match usize::deserialize(d)? {
+            0 => Err(de::Error::custom("0 threads: at least 1 (leave the key out for the default)")),
+            n if n > MAX_THREADS => Err(too_many(n)),
+            n => Ok(Some(n)),
+        }
+    }
+
+    pub fn opt_frames<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match u64::deserialize(d)? {
+            0 => Err(de::Error::custom("max_frames = 0 would read no frame (leave it out to read them all)")),
+            n => Ok(Some(n)),
+        }
+    }
+
+    pub fn opt_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        let s = f64::deserialize(d)?;
+        if s.is_finite() && s > 0.0 {
+            Ok(Some(s))
+        } else {
+            Err(de::Error::custom(format!("{s} seconds: a duration must be a positive number (leave it out for endless)")))
+        }
+    }
+
+    pub fn finite3<'de, D: Deserializer<'de>>(d: D) -> Result<[f32; 3], D::Error> {
+        let v = <[f32; 3]>::deserialize(d)?;
+        if v.iter().all(|x| x.is_finite()) { Ok(v) } else { Err(de::Error::custom(format!("{v:?}: every value must be a finite number"))) }
+    }
+
+    /// `std`: divides every value, so neither 0 nor infinite nor NaN.
+    pub fn divisors3<'de, D: Deserializer<'de>>(d: D) -> Result<[f32; 3], D::Error> {
+        let v = <[f32; 3]>::deserialize(d)?;
+        if v.iter().all(|x| x.is_finite() && *x != 0.0) {
+            Ok(v)
+        } else {
+            Err(de::Error::custom(format!("{v:?}: every value divides the pixels, so it must be a finite number other than 0")))
+        }
+    }
+
+    pub fn scale<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+        let v = f32::deserialize(d)?;
+        if v.is_finite() && v != 0.0 { Ok(v) } else { Err(de::Error::custom(format!("scale = {v}: a finite number other than 0"))) }
+    }
 }
 
 fn zeros3() -> [f32; 3] {
@@ -655,8 +722,10 @@ pub struct InferConfig {
     #[serde(default = "cpu_only")]
     pub providers: Spanned<Vec<ProviderSpec>>,
     /// Intra-op threads (default: all cores; the pipeline's other threads mostly wait on this one).
+    #[serde(default, deserialize_with = "checked::opt_threads")]
     pub intra_threads: Option<usize>,
     /// Inter-op threads (default 1).
+    #[serde(default, deserialize_with = "checked::opt_threads")]
     pub inter_threads: Option<usize>,
     /// Let ONNX Runtime's threads spin while idle (fast alone, harmful when cores are shared).
     #[serde(default)]
@@ -776,11 +845,11 @@ pub struct CropConfig {
     pub rotate_ratio: f32,
     #[serde(default)]
     pub color: ChannelOrder,
-    #[serde(default = "half3")]
+    #[serde(default = "half3", deserialize_with = "checked::finite3")]
     pub mean: [f32; 3],
-    #[serde(default = "half3")]
+    #[serde(default = "half3", deserialize_with = "checked::divisors3")]
     pub std: [f32; 3],
-    #[serde(default = "inv255")]
+    #[serde(default = "inv255", deserialize_with = "checked::scale")]
     pub scale: f32,
     /// A `classification` stage upstream that says which regions are upside
     /// down (PP-OCR's text-line orientation classifier): those are turned 180°.

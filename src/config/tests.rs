@@ -381,3 +381,39 @@ fn raw_inputs_say_what_their_bytes_are() {
     let src = format!("[sources.mic]\nkind = \"audio\"\nuri = \"in.wav\"\ninput_rate = 44100\n{audio}");
     assert_eq!(headlines(&src), ["p.toml:4:14: source `mic`: input_rate and channels describe raw audio"]);
 }
+
+/// Values that cannot work are located errors, not silent nonsense or
+/// exhausted memory: thread counts, frame limits, durations, normalisation.
+#[test]
+fn impossible_values_are_located_errors() {
+    let file = |extra: &str| format!("[sources.cam]\nkind = \"file\"\nuri = \"clip.mp4\"\n{extra}\n{SINK}");
+    assert_eq!(
+        headlines(&file("decoder_threads = 100000")),
+        vec!["p.toml:4:19: 100000 threads is more than 256 (each takes memory before doing any work)"]
+    );
+    assert!(headlines(&file("decoder_threads = 8")).is_empty());
+    assert_eq!(headlines(&file("max_frames = 0")), vec!["p.toml:4:14: max_frames = 0 would read no frame (leave it out to read them all)"]);
+    let testsrc = |extra: &str| format!("[sources.cam]\nkind = \"testsrc\"\n{extra}\n{SINK}");
+    for bad in ["-1.0", "nan", "inf", "0.0"] {
+        let e = headlines(&testsrc(&format!("duration = {bad}")));
+        assert!(e.len() == 1 && e[0].starts_with("p.toml:3:12: ") && e[0].contains("a duration must be a positive number"), "{bad}: {e:?}");
+    }
+    let pre = |extra: &str| {
+        format!(
+            "{SOURCE}[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 64\nheight = 64\n{extra}\n[sinks.out]\nkind = \"null\"\ninputs = [\"pre\"]\n"
+        )
+    };
+    for bad in ["std = [0, 1, 1]", "std = [nan, 1, 1]", "std = [inf, 1, 1]"] {
+        let e = headlines(&pre(bad));
+        assert!(e.len() == 1 && e[0].starts_with("p.toml:9:7: ") && e[0].contains("other than 0"), "{bad}: {e:?}");
+    }
+    assert!(headlines(&pre("mean = [nan, 0, 0]"))[0].contains("every value must be a finite number"));
+    assert!(headlines(&pre("scale = nan"))[0].starts_with("p.toml:9:9: scale = NaN"));
+    assert!(headlines(&pre("std = [0.5, 0.5, 0.5]\nscale = 0.5")).is_empty());
+    let infer = |extra: &str| format!("{SOURCE}[stages.det]\nkind = \"infer\"\ninputs = [\"cam\"]\nmodel = \"m.onnx\"\n{extra}\n{SINK}");
+    assert_eq!(
+        headlines(&infer("intra_threads = 100000")),
+        vec!["p.toml:8:17: 100000 threads is more than 256 (each takes memory before doing any work)"]
+    );
+    assert_eq!(headlines(&infer("inter_threads = 0")), vec!["p.toml:8:17: 0 threads: at least 1 (leave the key out for the default)"]);
+}
