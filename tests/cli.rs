@@ -273,6 +273,26 @@ fn usage_errors_exit_2_and_help_has_examples() {
     assert_eq!(o.status.code(), Some(0));
     let h = String::from_utf8(o.stdout).unwrap();
     assert!(h.contains("Examples:") && h.contains("infer-stream run pipelines/text-detection.toml"), "{h}");
+    // Bad values and unwritable output files are refused before anything runs.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/folder/r.json");
+    let folder = dir.path().to_str().unwrap();
+    for (args, want) in [
+        (vec!["bench", "pipelines/testsrc-bench.toml", "--duration", "nan"], "seconds must be a positive number"),
+        (vec!["bench", "pipelines/testsrc-bench.toml", "--duration", "inf"], "seconds must be a positive number"),
+        (vec!["bench", "pipelines/testsrc-bench.toml", "--frames", "10", "--warmup", "20"], "--warmup 20 leaves none of --frames 10"),
+        (vec!["bench", "pipelines/testsrc-bench.toml", "--plot", "x.txt"], "--plot x.txt: the file name must end in .svg or .png"),
+        (vec!["run", "pipelines/testsrc-bench.toml", "--report", missing.to_str().unwrap()], "No such file or directory"),
+        (vec!["run", "pipelines/testsrc-bench.toml", "--trace", folder], "is a folder"),
+    ] {
+        let t0 = Instant::now();
+        let o = bin().args(&args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want) && !err.contains("panicked"), "{args:?}: {err}");
+        assert!(t0.elapsed() < Duration::from_secs(10), "{args:?} ran before refusing");
+    }
+    assert!(!missing.exists() && std::fs::read_dir(dir.path()).unwrap().next().is_none(), "a refused run left files behind");
 }
 
 #[test]

@@ -187,7 +187,7 @@ enum Cmd {
         #[arg(long, value_name = "N", conflicts_with = "duration")]
         frames: Option<u64>,
         /// Stop after S seconds.
-        #[arg(long, value_name = "S")]
+        #[arg(long, value_name = "S", value_parser = seconds)]
         duration: Option<f64>,
         /// Frames per source left out of the throughput figure.
         #[arg(long, value_name = "N", default_value_t = 0)]
@@ -240,6 +240,10 @@ pub fn main() -> ExitCode {
     };
     init_logging(cli.verbose, cli.quiet);
     let quiet = cli.quiet;
+    if let Err(e) = check_arguments(&cli.cmd) {
+        eprintln!("error: {e}");
+        return ExitCode::from(exit::CONFIG);
+    }
     let r = match cli.cmd {
         Cmd::Run { pipeline, ort_library, progress, report, trace, metrics_addr } => {
             run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), metrics_addr, quiet)
@@ -276,6 +280,53 @@ pub fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(exit::RUNTIME)
         }
+    }
+}
+
+/// `--duration`: a positive, finite number of seconds.
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(s),
+        Ok(_) => Err("seconds must be a positive number (at most 1e9)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Files the run writes at its end (`--report`, `--trace`, `--plot`) must be
+/// writable before it starts, not found unwritable after an hour of work.
+fn writable(flag: &str, path: &Path, extensions: &[&str]) -> Result<(), String> {
+    let shown = format!("{flag} {}", path.display());
+    if !extensions.is_empty() && !path.extension().is_some_and(|e| extensions.iter().any(|x| e.eq_ignore_ascii_case(x))) {
+        return Err(format!("{shown}: the file name must end in .{}", extensions.join(" or .")));
+    }
+    if path.is_dir() {
+        return Err(format!("{shown}: is a folder"));
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new().append(true).create(true).open(path).map_err(|e| format!("{shown}: {e}"))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Argument checks clap cannot make: output files, and bench's frame counts.
+fn check_arguments(cmd: &Cmd) -> Result<(), String> {
+    match cmd {
+        Cmd::Run { report, trace, .. } => {
+            report.as_deref().map_or(Ok(()), |p| writable("--report", p, &[]))?;
+            trace.as_deref().map_or(Ok(()), |p| writable("--trace", p, &[]))
+        }
+        Cmd::Bench { plot, trace, frames, warmup, .. } => {
+            if let Some(f) = frames
+                && warmup >= f
+            {
+                return Err(format!("--warmup {warmup} leaves none of --frames {f} to measure"));
+            }
+            plot.as_deref().map_or(Ok(()), |p| writable("--plot", p, &["svg", "png"]))?;
+            trace.as_deref().map_or(Ok(()), |p| writable("--trace", p, &[]))
+        }
+        _ => Ok(()),
     }
 }
 
