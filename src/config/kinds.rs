@@ -570,6 +570,14 @@ mod checked {
         }
     }
 
+    pub fn providers<'de, D: Deserializer<'de>>(d: D) -> Result<toml::Spanned<Vec<super::ProviderSpec>>, D::Error> {
+        let v = toml::Spanned::<Vec<super::ProviderSpec>>::deserialize(d)?;
+        if v.get_ref().is_empty() {
+            return Err(de::Error::custom("providers = [] leaves no execution provider to run the model (e.g. [\"cuda\", \"cpu\"])"));
+        }
+        Ok(v)
+    }
+
     pub fn scale<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
         let v = f32::deserialize(d)?;
         if v.is_finite() && v != 0.0 { Ok(v) } else { Err(de::Error::custom(format!("scale = {v}: a finite number other than 0"))) }
@@ -719,7 +727,7 @@ fn cpu_only() -> Spanned<Vec<ProviderSpec>> {
 pub struct InferConfig {
     pub model: Spanned<String>,
     /// Tried in order; the one that loads is printed at start and in the summary.
-    #[serde(default = "cpu_only")]
+    #[serde(default = "cpu_only", deserialize_with = "checked::providers")]
     pub providers: Spanned<Vec<ProviderSpec>>,
     /// Intra-op threads (default: all cores; the pipeline's other threads mostly wait on this one).
     #[serde(default, deserialize_with = "checked::opt_threads")]

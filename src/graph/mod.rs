@@ -589,6 +589,21 @@ fn lexical(path: &std::path::Path) -> std::path::PathBuf {
     out
 }
 
+/// Why a sink could not write `path` (a file, or a folder for `images`), when
+/// that can be told before the run: a folder where the file goes, a file
+/// where a folder goes, `{stream}` outside the file name.
+fn unwritable(path: &std::path::Path, folder: bool, templated: bool) -> Option<String> {
+    if templated && path.parent().is_some_and(|d| d.to_string_lossy().contains("{stream}")) {
+        return Some("`{stream}` may only appear in the file name, not in a folder".into());
+    }
+    if !folder && !templated && path.is_dir() {
+        return Some(format!("{} is a folder, not a file", path.display()));
+    }
+    let first = if folder { Some(path) } else { path.parent() };
+    let existing = first.into_iter().flat_map(|p| p.ancestors()).find(|a| !a.as_os_str().is_empty() && a.exists())?;
+    (!existing.is_dir()).then(|| format!("cannot make the folder for {}: {} is a file", path.display(), existing.display()))
+}
+
 /// No two outputs may be one file: two sinks writing one path, or one
 /// sink's `{stream}` files for streams whose names make one file name (`a b`
 /// and `a_b` both make `a_b`: names are made file-name safe). Either would
@@ -611,6 +626,10 @@ fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mu
             continue;
         }
         let path = lexical(&path);
+        if let Some(e) = unwritable(&path, images, text.contains("{stream}")) {
+            diags.push(cfg.diag(value.span(), format!("sink `{}`: {e}", node.name)));
+            continue;
+        }
         // `None`: every stream of a `dir` source (the template itself is the key).
         let file_of = |stream: Option<&str>| -> std::path::PathBuf {
             let safe = stream.map_or_else(|| "{stream}".to_string(), stream_file_name);
@@ -1007,6 +1026,32 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(d) => d.0.iter().map(|d| d.headline()).collect(),
         }
+    }
+
+    /// What a sink cannot write is a located error before the run (and in `validate`).
+    #[test]
+    fn outputs_that_cannot_be_written_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        let sink = |kind: &str, key: &str, path: &str| {
+            format!("[sources.a]\nkind = \"testsrc\"\n[sinks.out]\nkind = \"{kind}\"\ninputs = [\"a\"]\n{key} = \"{path}\"\n")
+        };
+        let cases = [
+            (sink("ndjson", "path", &d), format!("{d} is a folder, not a file")),
+            (sink("ndjson", "path", &format!("{d}/file/r.ndjson")), format!("{d}/file is a file")),
+            (sink("video", "path", &format!("{d}/file/sub/{{stream}}.mp4")), format!("{d}/file is a file")),
+            (sink("images", "folder", &format!("{d}/file")), format!("{d}/file is a file")),
+            (sink("ndjson", "path", &format!("{d}/{{stream}}/r.ndjson")), "may only appear in the file name".to_string()),
+        ];
+        for (src, want) in cases {
+            let e = errors(src.clone());
+            assert!(e.len() == 1 && e[0].starts_with("/p/p.toml:6:") && e[0].contains(&want), "{src}\n{e:?}");
+        }
+        assert_eq!(errors(sink("ndjson", "path", &format!("{d}/new/folder/r.ndjson"))), Vec::<String>::new());
+        let src = "[sources.a]\nkind = \"testsrc\"\n[stages.det]\nkind = \"infer\"\ninputs = [\"a\"]\nmodel = \"m.onnx\"\nproviders = []\n[sinks.out]\nkind = \"null\"\ninputs = [\"det\"]\n";
+        let e = crate::config::parse(std::path::Path::new("/p/p.toml"), src.to_string()).unwrap_err();
+        assert!(e.0.iter().any(|e| e.headline().starts_with("/p/p.toml:7:13: providers = [] leaves no execution provider")), "{e:?}");
     }
 
     /// Two outputs that would be one file are located errors, before anything runs.
