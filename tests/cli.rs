@@ -804,3 +804,33 @@ fn closed_stderr_loses_nothing() {
     drop(child.stderr.take());
     assert_eq!(child.wait().unwrap().code(), Some(2));
 }
+
+/// A disk that fills up mid-run (a file size limit here) fails the run
+/// loudly, and the NDJSON file still ends with its last whole line: the
+/// write that failed part-way is cut back.
+#[test]
+fn full_disk_leaves_whole_ndjson_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let toml = dir.path().join("p.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[sources.cam]\nkind = \"testsrc\"\nwidth = 64\nheight = 48\nframes = 3000\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"cam\"]\npath = \"{}\"\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    // 40 blocks of 512 bytes; SIGXFSZ ignored, so a write past the limit fails with EFBIG.
+    let script = format!("trap '' XFSZ; ulimit -f 40; exec \"$0\" run {} --progress never", toml.display());
+    let o =
+        std::process::Command::new("sh").args(["-c", &script, env!("CARGO_BIN_EXE_infer-stream")]).current_dir(root()).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("writing") && err.contains("r.ndjson"), "{err}");
+    let text = std::fs::read(&out).unwrap();
+    assert!(text.len() > 1000 && text.len() <= 40 * 512, "{} bytes", text.len());
+    assert_eq!(text.last(), Some(&b'\n'), "the file ends with part of a line");
+    let lines = read_ndjson(&out);
+    assert!(lines.iter().enumerate().all(|(i, l)| l["seq"] == i as u64), "lines out of order or missing");
+}

@@ -81,6 +81,18 @@ fn open_stream(template: &Path, append: bool, opened: &mut HashSet<Arc<str>>, st
     Ok(f)
 }
 
+/// Write `line` to `f`, or nothing: a write that fails part-way (a full
+/// disk) is cut back, so the file ends with its last whole line.
+fn write_whole(f: &mut File, line: &[u8]) -> std::io::Result<()> {
+    use std::io::Seek;
+    let at = f.stream_position()?;
+    f.write_all(line).inspect_err(|_| {
+        if f.set_len(at).is_ok() {
+            let _ = f.seek(std::io::SeekFrom::Start(at));
+        }
+    })
+}
+
 /// The JSON object written for one frame.
 pub fn frame_json(frame: &Frame) -> Value {
     let mut results = Map::new();
@@ -107,7 +119,7 @@ impl NdjsonSink {
     fn write_line(&mut self, stream: &Arc<str>) -> Result<(), StageError> {
         self.line.push(b'\n');
         let r = match &mut self.out {
-            Out::File(f) => f.write_all(&self.line),
+            Out::File(f) => write_whole(f, &self.line),
             Out::Stdout(s) => {
                 let mut lock = s.lock();
                 lock.write_all(&self.line).and_then(|_| lock.flush())
@@ -117,7 +129,7 @@ impl NdjsonSink {
                     let f = open_stream(&self.path, self.append, opened, stream).map_err(StageError::Fatal)?;
                     open.insert(stream.clone(), f);
                 }
-                open.get_mut(stream).expect("opened above").write_all(&self.line)
+                write_whole(open.get_mut(stream).expect("opened above"), &self.line)
             }
         };
         r.map_err(|e| StageError::Fatal(format!("writing {}: {e}", self.path.display())))?;
