@@ -375,6 +375,12 @@ fn parse_node(
     node: &Spanned<DeValue<'_>>,
 ) -> Result<NodeConfig, Vec<Diagnostic>> {
     let node_name = name.get_ref().to_string();
+    if node_name.trim().is_empty() || node_name.chars().any(char::is_control) {
+        return Err(vec![
+            Diagnostic::at(path, src, name.span(), format!("{} name {node_name:?} is empty or holds control characters", role.noun()))
+                .with_help("names appear in logs, metrics and file names: use letters, digits, `-` and `_`"),
+        ]);
+    }
     let DeValue::Table(table) = node.get_ref() else {
         return Err(vec![
             Diagnostic::at(path, src, name.span(), format!("{} `{node_name}` must be a table", role.noun()))

@@ -417,3 +417,14 @@ fn impossible_values_are_located_errors() {
     );
     assert_eq!(headlines(&infer("inter_threads = 0")), vec!["p.toml:8:17: 0 threads: at least 1 (leave the key out for the default)"]);
 }
+
+#[test]
+fn node_names_must_say_something() {
+    for name in ["\"\"", "\" \"", "\"a\\tb\""] {
+        let e = headlines(&format!("[sources.{name}]\nkind = \"testsrc\"\n{SINK}"));
+        assert!(
+            e.iter().any(|e| e.starts_with("p.toml:1:10: source name ") && e.ends_with("is empty or holds control characters")),
+            "{name}: {e:?}"
+        );
+    }
+}
