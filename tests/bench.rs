@@ -110,3 +110,26 @@ fn trace_has_one_complete_span_per_frame_per_node() {
     assert!(per_node.is_empty(), "{per_node:?}");
     assert_eq!(waits, 4 * 7, "every non-source node records each frame's queue wait");
 }
+
+/// `bench` ends as `run` would: a batch with a file that is not media exits
+/// 3 and names it, after measuring the others.
+#[test]
+fn bench_exits_like_run_when_inputs_fail() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in"), dir.path().join("out"));
+    std::fs::create_dir_all(&input).unwrap();
+    let st = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25", "-frames:v", "8"])
+        .args(["-c:v", "libx264", "-threads", "1", "-pix_fmt", "yuv420p"])
+        .arg(input.join("a.mp4"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(input.join("notes.mp4"), "not a video\n").unwrap();
+    let o = bin().args(["bench", "pipelines/batch.toml"]).env("BATCH_INPUT", &input).env("BATCH_OUTPUT", &output).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("error: 1 input(s) failed"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("frames: decoded 8 = processed 8"), "{}", String::from_utf8_lossy(&o.stdout));
+}

@@ -1175,7 +1175,9 @@ pub fn choose_encoder(s: &EncoderSettings) -> Result<ChosenEncoder, String> {
     if s.codec == "auto" {
         let nvenc = match ff::codec::encoder::find_by_name("h264_nvenc") {
             None => Err("this FFmpeg has no h264_nvenc".to_string()),
-            Some(_) => probe("h264_nvenc"),
+            // FFmpeg's own reason is a bare errno ("Operation not permitted").
+            Some(_) if !Path::new("/proc/driver/nvidia/version").exists() => Err("no NVIDIA driver on this machine".to_string()),
+            Some(_) => probe("h264_nvenc").map_err(|e| format!("the GPU's NVENC refused to open: {e}")),
         };
         return match nvenc {
             Ok(options) => Ok(ChosenEncoder { name: "h264_nvenc".into(), options, note: Some("NVENC opened on the GPU".into()) }),

@@ -103,6 +103,9 @@ pub struct BenchReport {
     /// Per-node time-per-frame histograms (for plots; not in the JSON).
     #[serde(skip)]
     pub histograms: plot::Histograms,
+    /// How the measured run ended, as `run` would report it (for the exit code).
+    #[serde(skip)]
+    pub outcome: crate::runtime::report::Outcome,
 }
 
 fn alone(node: &str, kind: &str, frames: u64, d: Duration) -> StageAlone {
@@ -280,6 +283,7 @@ pub fn bench(cfg: &PipelineConfig, graph: &Graph, opts: &BenchOptions) -> Result
             if separate { ("separate-engines", bound_separate(&decode, &stages)) } else { ("shared-cpu", bound(&decode, &stages)) };
         Isolated { decode, stages, bound: kind, bound_fps, efficiency: run.fps() / bound_fps }
     });
+    let outcome = run.outcome();
     Ok(BenchReport {
         schema: SCHEMA,
         pipeline: run.pipeline.clone(),
@@ -297,6 +301,7 @@ pub fn bench(cfg: &PipelineConfig, graph: &Graph, opts: &BenchOptions) -> Result
         timeline,
         isolate,
         histograms,
+        outcome,
     })
 }
 

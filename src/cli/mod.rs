@@ -412,7 +412,8 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
 
 fn inspect(model: &Path, json: bool, ort_library: Option<&Path>) -> Result<u8> {
     if !model.is_file() {
-        eprintln!("error: {}: no such model file", model.display());
+        let why = if model.is_dir() { "a folder, not a model file" } else { "no such model file" };
+        eprintln!("error: {}: {why}", model.display());
         return Ok(exit::CONFIG);
     }
     let rt = infer_stream::backend::ort::runtime(ort_library.map(|p| (p, "--ort-library")))?;
@@ -616,28 +617,33 @@ fn run(
     if let Some(s) = server {
         s.stop();
     }
-    if let Some(f) = &report.fatal {
+    Ok(exit_code(&report.outcome()))
+}
+
+/// The exit code of a run (or the run `bench` measured), its errors said.
+fn exit_code(o: &infer_stream::runtime::report::Outcome) -> u8 {
+    if let Some(f) = &o.fatal {
         eprintln!("error: {f}");
-        return Ok(exit::RUNTIME);
+        return exit::RUNTIME;
     }
-    if !report.source_errors.is_empty() {
-        for e in &report.source_errors {
+    if !o.source_errors.is_empty() {
+        for e in &o.source_errors {
             eprintln!("error: {e}");
         }
-        return Ok(exit::RUNTIME);
+        return exit::RUNTIME;
     }
-    if !report.frames.balanced() {
-        eprintln!("error: {}", report.accounting_line());
-        return Ok(exit::RUNTIME);
+    if !o.balanced {
+        eprintln!("error: {}", o.accounting);
+        return exit::RUNTIME;
     }
-    if let Some(sig) = report.interrupted_by_signal {
-        return Ok(exit::SIGNAL_BASE + sig as u8);
+    if let Some(sig) = o.interrupted_by_signal {
+        return exit::SIGNAL_BASE + sig as u8;
     }
-    if let Some(i) = report.inputs.as_ref().filter(|i| !i.failed.is_empty()) {
-        eprintln!("error: {} input(s) failed (named above); the others were processed", i.failed.len());
-        return Ok(exit::INPUTS_FAILED);
+    if o.failed_inputs > 0 {
+        eprintln!("error: {} input(s) failed (named above); the others were processed", o.failed_inputs);
+        return exit::INPUTS_FAILED;
     }
-    Ok(exit::OK)
+    exit::OK
 }
 
 fn progress_bar(total: Option<u64>) -> ProgressBar {
@@ -688,5 +694,5 @@ fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&Path>, trace
         t.write(p).with_context(|| format!("writing {}", p.display()))?;
         eprintln!("trace: {} spans in {}", t.span_count(), p.display());
     }
-    Ok(if report.frames.balanced() { exit::OK } else { exit::RUNTIME })
+    Ok(exit_code(&report.outcome))
 }

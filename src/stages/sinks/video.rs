@@ -146,6 +146,15 @@ impl VideoSink {
             let target = if self.templated { target_for(&self.target, &frame.stream) } else { self.target.clone() };
             // 4:2:0 needs even sizes.
             let (w, h) = ((img.width & !1).max(2), (img.height & !1).max(2));
+            if (w, h) != (img.width, img.height) {
+                tracing::info!(
+                    "video sink `{}`: stream `{}`: {}x{} is encoded as {w}x{h} (4:2:0 video needs even sizes)",
+                    self.name,
+                    frame.stream,
+                    img.width,
+                    img.height
+                );
+            }
             let create = |input| {
                 VideoEncoder::create(&target, self.container.muxer(), &self.muxer_options, &self.encoder, (w, h), frame.time_base, input)
             };
