@@ -152,6 +152,9 @@ pub struct StreamInfo {
     pub declared_frames: Option<u64>,
     /// Duration in seconds the container gives (the stream's own, else the whole input's).
     pub duration: Option<f64>,
+    /// Degrees clockwise a player turns the picture (the container's display
+    /// matrix), when not 0. Frames are processed as stored.
+    pub rotation: Option<f64>,
 }
 
 /// A demuxer + video decoder for one input.
@@ -246,6 +249,18 @@ impl VideoDecoder {
         };
         let duration = (duration > 0.0 && duration.is_finite()).then_some(duration);
         let frames = declared_frames.or_else(|| duration.zip(fps).map(|(d, f)| (d * f).round() as u64));
+        let rotation = stream.side_data().find(|d| d.kind() == ff::codec::packet::side_data::Type::DisplayMatrix).and_then(|d| {
+            let m = d.data();
+            (m.len() >= 36).then(|| {
+                let mut matrix = [0i32; 9];
+                for (i, v) in matrix.iter_mut().enumerate() {
+                    *v = i32::from_ne_bytes(m[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+                }
+                // SAFETY: a display matrix is nine i32, copied into a local array the call only reads.
+                unsafe { ffi::av_display_rotation_get(matrix.as_ptr()) }
+            })
+        });
+        let rotation = rotation.filter(|r| r.is_finite() && r.round() as i64 % 360 != 0).map(|r| (-r).round().rem_euclid(360.0));
         let info = StreamInfo {
             codec: ff::codec::decoder::find(codec_id).map(|c| c.name().to_string()).unwrap_or_else(|| format!("{codec_id:?}")),
             width: decoder.width(),
@@ -255,6 +270,7 @@ impl VideoDecoder {
             frames,
             declared_frames,
             duration,
+            rotation,
         };
         Ok(VideoDecoder {
             path: p,

@@ -410,6 +410,12 @@ impl Decode<'_> {
             }
         };
         let _ = tx.send(Msg::Opened { file, time_base: dec.info.time_base });
+        if let Some(r) = dec.info.rotation {
+            tracing::warn!(
+                "{}: the container says to turn the picture {r}° clockwise for display; frames are processed as stored, not turned",
+                e.path.display()
+            );
+        }
         let (mut n, mut bad) = (0u64, 0u64);
         let mut hit_limit = false;
         loop {

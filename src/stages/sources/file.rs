@@ -116,6 +116,12 @@ impl FileSource {
             Decode::Nvdec(gpu, ..) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
             _ => {}
         }
+        if let Some(r) = decoder.info.rotation {
+            tracing::warn!(
+                "source `{}`: the container says to turn the picture {r}° clockwise for display; frames are processed as stored, not turned",
+                node.name
+            );
+        }
         let uri = c.uri.get_ref();
         let live = c.realtime
             || (is_url(uri) && ["rtsp", "rtsps", "rtmp", "udp", "srt", "rtp"].iter().any(|s| uri.starts_with(&format!("{s}://"))));
@@ -346,6 +352,7 @@ mod tests {
             frames: declared_frames.or(duration.map(|d| (d * 25.0).round() as u64)),
             declared_frames,
             duration,
+            rotation: None,
         }
     }
 
