@@ -434,3 +434,124 @@ fn absurd_frame_sizes_are_refused_at_open() {
     let o = bin().arg("run").arg(&toml).args(["--progress", "never"]).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// The corrupt-data figures of a run's source: (frames skipped, stretches) from `--report`.
+fn source_figures(report: &Path, source: &str) -> (u64, u64) {
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    let n = r["nodes"].as_array().unwrap().iter().find(|n| n["name"] == source).unwrap_or_else(|| panic!("no {source} in {r}"));
+    (n["decode_errors"].as_u64().unwrap(), n["corrupt_bursts"].as_u64().unwrap())
+}
+
+/// Regression: a `dir` source counted each failed file as one corrupt frame
+/// (`1 frame(s) skipped for corrupt data in 0 stretch(es)` for a file whose
+/// decoder skipped 17 frames in 2 stretches). Its summary and report now carry
+/// the frames skipped and the stretches summed over its files, each file's
+/// figures as the `file` source reports them; a file that cannot be opened at
+/// all is named as failed and adds no frame.
+#[test]
+fn dir_source_counts_corrupt_frames_and_stretches_as_the_file_source_does() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    // 100 frames, a keyframe every 10 (1 s), no B-frames: damage is skipped up to the next keyframe.
+    let clean = input.join("clean.mp4");
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(root().join("samples/text-720p.mp4"))
+        .args(["-c:v", "libx264", "-threads", "1", "-g", "10", "-bf", "0"])
+        .arg(&clean)
+        .status()
+        .unwrap();
+    assert!(st.success(), "ffmpeg could not re-encode the sample");
+    let bytes = std::fs::read(&clean).unwrap();
+    // 200 random bytes (fixed seed) written over the payload at these fractions of the file.
+    let mut rng = Rng(0x5eed_d1a5_0000_0003);
+    let mut damaged = |fractions: &[f64]| {
+        let mut v = bytes.clone();
+        for f in fractions {
+            let at = (v.len() as f64 * f) as usize;
+            v[at..at + 200].copy_from_slice(&rng.bytes(200));
+        }
+        v
+    };
+    std::fs::write(input.join("one.mp4"), damaged(&[0.5])).unwrap();
+    std::fs::write(input.join("two.mp4"), damaged(&[0.4, 0.6])).unwrap();
+    std::fs::write(input.join("notes.mp4"), "not a video\n").unwrap();
+
+    // Each damaged file through a `file` source.
+    let mut per_file = Vec::new();
+    for name in ["one.mp4", "two.mp4"] {
+        let out = dir.path().join(format!("{name}.out"));
+        std::fs::create_dir_all(&out).unwrap();
+        let toml = out.join("p.toml");
+        std::fs::write(
+            &toml,
+            format!(
+                "[sources.cam]\nkind = \"file\"\nuri = \"{}\"\n\n[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n",
+                input.join(name).display()
+            ),
+        )
+        .unwrap();
+        let report = out.join("report.json");
+        let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{name}: {err}");
+        let (skipped, bursts) = source_figures(&report, "cam");
+        assert!(skipped > 0 && bursts > 0, "{name}: the damage is skipped and counted: {err}");
+        let (decoded, ..) = accounting(&err);
+        assert_eq!(decoded + skipped, 100, "{name}: every frame is either decoded or counted as skipped");
+        per_file.push((name, skipped, bursts));
+    }
+    assert!(per_file[1].2 >= 2, "two damaged places, two stretches: {per_file:?}");
+
+    // The folder through a `dir` source, two files at a time.
+    let toml = dir.path().join("batch.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[sources.recordings]\nkind = \"dir\"\npath = \"{}\"\nparallel = 2\n\n\
+             [sinks.out]\nkind = \"ndjson\"\ninputs = [\"recordings\"]\npath = \"{}/{{stream}}.ndjson\"\n",
+            input.display(),
+            dir.path().join("batch-out").display()
+        ),
+    )
+    .unwrap();
+    let report = dir.path().join("batch-report.json");
+    let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "damaged and unreadable files fail the batch: {err}");
+    let (skipped, bursts) = source_figures(&report, "recordings");
+    let want = per_file.iter().fold((0, 0), |(s, b), f| (s + f.1, b + f.2));
+    assert_eq!((skipped, bursts), want, "the dir source's totals are the file source's figures summed: {per_file:?}\n{err}");
+    assert!(err.contains(&format!("recordings: {skipped} frame(s) skipped for corrupt data in {bursts} stretch(es)")), "{err}");
+    // Each damaged file is named with its own figures; the unreadable one with its reason.
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["inputs"]["complete"], 1, "{err}");
+    let failed = r["inputs"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 3, "{err}");
+    let reason = |name: &str| {
+        let path = input.join(name).display().to_string();
+        failed.iter().find(|f| f["path"] == path.as_str()).unwrap_or_else(|| panic!("{name} not failed: {err}"))["reason"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut summed = (0, 0);
+    for (name, skipped, bursts) in &per_file {
+        let reason = reason(name);
+        let n: Vec<u64> = reason
+            .strip_prefix("corrupt data: ")
+            .unwrap_or_else(|| panic!("{name}: {reason}"))
+            .split(' ')
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!((n[0], n[1]), (*skipped, *bursts), "{name}: the dir source's figures are the file source's: {reason}");
+        summed = (summed.0 + n[0], summed.1 + n[1]);
+    }
+    assert_eq!(summed, (skipped, bursts), "the totals are the per-file figures summed");
+    assert!(reason("notes.mp4").starts_with("not readable as media"), "{err}");
+    // Frames are either decoded or counted as skipped, over the whole folder.
+    let (decoded, processed, ..) = accounting(&err);
+    assert_eq!((decoded, processed), (300 - skipped, 300 - skipped), "{err}");
+}

@@ -15,6 +15,11 @@ use crate::frame::{ColorInfo, Image, Matrix, Pool, Storage};
 pub enum FfmpegError {
     #[error("cannot open {path}: {source}")]
     Open { path: String, source: ff::Error },
+    /// The pipeline stopped while FFmpeg was still opening the input (waiting
+    /// for a pipe's first bytes, or for enough of them to know the streams):
+    /// a stop, not a fault.
+    #[error("{path}: stopped while the input was being opened")]
+    Stopped { path: String },
     #[error("{path}: no video stream")]
     NoVideo { path: String },
     #[error("{path}: no audio stream")]
@@ -52,8 +57,9 @@ pub fn versions() -> String {
 pub struct InputOptions {
     pub format: Option<String>,
     pub options: Vec<(String, String)>,
-    /// For network inputs: asked while FFmpeg waits for data; `true` aborts
-    /// the wait (the pipeline is stopping), so a stalled stream cannot block.
+    /// For network inputs and stdin: asked while FFmpeg waits for data;
+    /// `true` aborts the wait (the pipeline is stopping), so a stalled stream
+    /// or a silent pipe cannot block a stop.
     pub interrupt: Option<Interrupt>,
     /// Video: the largest frame (width × height) accepted; a stream declaring
     /// more is refused at open, larger frames later count as corrupt
@@ -102,32 +108,128 @@ fn shown_name(path: &Path) -> String {
     if path.as_os_str() == "-" { "stdin".to_string() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
 }
 
+/// An open input, and stdin's read mode while FFmpeg reads it (restored after
+/// the input closes: fields drop in order).
+struct Opened {
+    input: ff::format::context::Input,
+    stdin: Option<NonBlockingStdin>,
+}
+
 /// Open `path` with `opts`. `-` means stdin.
-fn open_input(path: &Path, opts: &InputOptions) -> Result<ff::format::context::Input, FfmpegError> {
+fn open_input(path: &Path, opts: &InputOptions) -> Result<Opened, FfmpegError> {
     init();
     let stdin = path.as_os_str() == "-";
     let shown = shown_name(path);
     let path = if stdin { Path::new("pipe:0") } else { path };
-    let err = |source| FfmpegError::Open { path: shown.clone(), source };
+    let err = |source| match source {
+        // Only the interrupt callback aborts with AVERROR_EXIT: the pipeline is stopping.
+        ff::Error::Exit => FfmpegError::Stopped { path: shown.clone() },
+        source => FfmpegError::Open { path: shown.clone(), source },
+    };
     let mut dict = dictionary(&opts.options);
     let url = path.to_string_lossy();
     if (url.starts_with("rtsp://") || url.starts_with("rtsps://")) && !opts.options.iter().any(|(k, _)| k == "timeout") {
         dict.set("timeout", RTSP_READ_TIMEOUT_US);
     }
-    if let (Some(interrupt), None, false) = (&opts.interrupt, &opts.format, stdin) {
-        let ask = interrupt.0.clone();
-        return ff::format::input_with_interrupt_and_dictionary(&path, move || ask(), dict).map_err(err);
+    let format = match &opts.format {
+        Some(name) => Some(find_input_format(name).ok_or(FfmpegError::Open { path: shown.clone(), source: ff::Error::DemuxerNotFound })?),
+        None => None,
+    };
+    // A pipe's read() blocks until the writer sends or closes, and FFmpeg asks
+    // the interrupt only between reads: in non-blocking mode a silent pipe
+    // returns EAGAIN, FFmpeg's retry loop (avio.c, retry_transfer_wrapper)
+    // sleeps 1 ms and asks the interrupt before each new try.
+    let stdin_mode = if stdin && opts.interrupt.is_some() { NonBlockingStdin::set() } else { None };
+    let input = match (&opts.interrupt, format) {
+        (Some(interrupt), format) => open_interruptible(path, format.as_ref(), interrupt, dict),
+        (None, None) if dict.iter().next().is_none() => ff::format::input(&path),
+        (None, None) => ff::format::input_with_dictionary(&path, dict),
+        (None, Some(f)) => ff::format::open_with(&path, &ff::Format::Input(f), dict).map(|c| match c {
+            ff::format::context::Context::Input(i) => i,
+            ff::format::context::Context::Output(_) => unreachable!("opened as an input"),
+        }),
     }
-    match &opts.format {
-        None if dict.iter().next().is_none() => ff::format::input(&path).map_err(err),
-        None => ff::format::input_with_dictionary(&path, dict).map_err(err),
-        Some(name) => {
-            let f = find_input_format(name).ok_or(FfmpegError::Open { path: shown.clone(), source: ff::Error::DemuxerNotFound })?;
-            match ff::format::open_with(&path, &ff::Format::Input(f), dict).map_err(err)? {
-                ff::format::context::Context::Input(i) => Ok(i),
-                ff::format::context::Context::Output(_) => unreachable!("opened as an input"),
-            }
+    .map_err(err)?;
+    Ok(Opened { input, stdin: stdin_mode })
+}
+
+/// `avformat_open_input` with the interrupt callback installed before the
+/// probe (so a wait for the first bytes can be aborted too) and an optional
+/// named demuxer: ffmpeg-next's `input_with_interrupt_and_dictionary` takes
+/// no format. The context is wrapped as ffmpeg-next wraps its own, with the
+/// callback's closure kept alive until the context is closed.
+fn open_interruptible(
+    path: &Path,
+    format: Option<&ff::format::Input>,
+    interrupt: &Interrupt,
+    options: ff::Dictionary,
+) -> Result<ff::format::context::Input, ff::Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| ff::Error::Other { errno: libc::EINVAL })?;
+    let ask = interrupt.0.clone();
+    let callback = ff::util::interrupt::new(Box::new(move || ask()));
+    // SAFETY: `ps` is a fresh context we own; the callback's opaque pointer
+    // stays valid while `callback.guard` lives, which is until the context is
+    // freed: avformat_open_input frees it on failure (before the guard drops
+    // at the end of this function), avformat_close_input on a failed probe,
+    // and otherwise the guard moves into the returned Input, whose destructor
+    // closes the context before dropping it. The dictionary is handed to
+    // FFmpeg and taken back (with the options it did not use) as ffmpeg-next
+    // does; `format` is a static demuxer.
+    unsafe {
+        let mut ps = ffi::avformat_alloc_context();
+        if ps.is_null() {
+            return Err(ff::Error::Other { errno: libc::ENOMEM });
         }
+        (*ps).interrupt_callback = callback.interrupt;
+        let mut opts = options.disown();
+        let fmt = format.map_or(std::ptr::null(), |f| f.as_ptr());
+        let res = ffi::avformat_open_input(&mut ps, c_path.as_ptr(), fmt, &mut opts);
+        drop(ff::Dictionary::own(opts));
+        if res < 0 {
+            return Err(ff::Error::from(res));
+        }
+        let res = ffi::avformat_find_stream_info(ps, std::ptr::null_mut());
+        if res < 0 {
+            ffi::avformat_close_input(&mut ps);
+            return Err(ff::Error::from(res));
+        }
+        Ok(ff::format::context::Input::wrap_with_interrupt(ps, callback.guard))
+    }
+}
+
+/// stdin (fd 0) in non-blocking mode while FFmpeg reads it; the flags it had
+/// come back on drop. Not for a terminal: its mode is shared with the shell,
+/// which would be left non-blocking if this process were killed.
+struct NonBlockingStdin {
+    flags: libc::c_int,
+}
+
+impl NonBlockingStdin {
+    /// `None` when stdin is a terminal, already non-blocking, or its flags cannot be changed.
+    fn set() -> Option<Self> {
+        use std::io::IsTerminal;
+        if std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: F_GETFL on fd 0 reads its file status flags; no memory is involved.
+        let flags = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_GETFL) };
+        if flags < 0 || flags & libc::O_NONBLOCK != 0 {
+            return None;
+        }
+        // SAFETY: F_SETFL on fd 0 changes only its status flags (here O_NONBLOCK).
+        if unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            tracing::debug!("stdin: cannot make reads non-blocking: {}", std::io::Error::last_os_error());
+            return None;
+        }
+        Some(NonBlockingStdin { flags })
+    }
+}
+
+impl Drop for NonBlockingStdin {
+    fn drop(&mut self) {
+        // SAFETY: F_SETFL on fd 0 puts back the status flags it had before `set`.
+        unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_SETFL, self.flags) };
     }
 }
 
@@ -174,6 +276,10 @@ pub struct VideoDecoder {
     pub corrupt_bursts: u64,
     burst: Option<Burst>,
     pub info: StreamInfo,
+    /// Reading ended because the interrupt asked it to (the pipeline is stopping).
+    interrupted: bool,
+    /// Last, so stdin's mode comes back after the input is closed.
+    _stdin: Option<NonBlockingStdin>,
 }
 
 /// A stretch of corrupt input being skipped.
@@ -203,13 +309,14 @@ impl VideoDecoder {
     }
 
     fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
-        let input = open_input(path, opts)?;
-        Self::with_input(shown_name(path), input, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS))
+        let Opened { input, stdin } = open_input(path, opts)?;
+        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS))
     }
 
     fn with_input(
         p: String,
         input: ff::format::context::Input,
+        stdin: Option<NonBlockingStdin>,
         threads: usize,
         hw: Option<&HwDevice>,
         max_pixels: u64,
@@ -284,6 +391,8 @@ impl VideoDecoder {
             corrupt_bursts: 0,
             burst: None,
             info,
+            interrupted: false,
+            _stdin: stdin,
         })
     }
 
@@ -333,6 +442,11 @@ impl VideoDecoder {
         self.read_error.as_deref()
     }
 
+    /// Whether the interrupt ended the input (a stop, or a network watchdog), not the input itself.
+    pub fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+
     /// One frame lost to corrupt data (opens a burst if none is open).
     fn damaged(&mut self, pts: Option<i64>) {
         self.skipped_frames += 1;
@@ -370,6 +484,7 @@ impl VideoDecoder {
                 Err(ff::Error::Eof) => break,
                 Err(e) => {
                     // The caller reports it (`read_error`): a file warns, a camera reconnects.
+                    self.interrupted = e == ff::Error::Exit;
                     self.read_error = Some(e.to_string());
                     break;
                 }
@@ -906,6 +1021,8 @@ pub struct AudioDecoder {
     pub describe: String,
     /// Duration in seconds, when the container says.
     pub duration: Option<f64>,
+    /// Last, so stdin's mode comes back after the input is closed.
+    _stdin: Option<NonBlockingStdin>,
 }
 
 impl AudioDecoder {
@@ -918,7 +1035,7 @@ impl AudioDecoder {
     /// As [`AudioDecoder::open`], with a named demuxer (e.g. raw `s16le`) and its options.
     pub fn open_with(path: &Path, rate: u32, opts: &InputOptions) -> Result<Self, FfmpegError> {
         let p = shown_name(path);
-        let input = open_input(path, opts)?;
+        let Opened { input, stdin } = open_input(path, opts)?;
         let stream = input.streams().best(ff::media::Type::Audio).ok_or_else(|| FfmpegError::NoAudio { path: p.clone() })?;
         let stream_index = stream.index();
         let codec_id = stream.parameters().id();
@@ -946,6 +1063,7 @@ impl AudioDecoder {
             read_error: None,
             describe,
             duration,
+            _stdin: stdin,
         })
     }
 

@@ -265,7 +265,7 @@ pub fn main() -> ExitCode {
         }
         Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
             let opts = BenchOptions {
-                build: BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false },
+                build: BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false, shutdown: None },
                 isolate,
                 warmup,
                 duration: duration.map(Duration::from_secs_f64),
@@ -550,11 +550,12 @@ fn run(
     metrics_addr: Option<SocketAddr>,
     quiet: bool,
 ) -> Result<u8> {
-    let opts = BuildOptions { ort_library, batch_state: true, ..Default::default() };
     // Signals first: Ctrl-C while models load (a TensorRT engine build can take
-    // minutes) stops the run before any frame with the documented exit code.
+    // minutes) or while stdin has sent nothing yet stops the run before any
+    // frame with the documented exit code.
     let sd = Shutdown::new();
     install_signals(sd.clone())?;
+    let opts = BuildOptions { ort_library, batch_state: true, shutdown: Some(sd.clone()), ..Default::default() };
     let (cfg, graph) = match load_checked(path) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),

@@ -116,6 +116,9 @@ pub struct BuildOptions {
     /// `dir` sources read and write their batch state (skip files done, record
     /// files finished). Set for `run`; a benchmark neither skips nor records.
     pub batch_state: bool,
+    /// The run's stop, when known before the build (`run`): a source still
+    /// opening its input (stdin that has sent nothing yet) gives up when it is asked.
+    pub shutdown: Option<std::sync::Arc<crate::runtime::Shutdown>>,
 }
 
 /// `img` in host memory: itself, or the host copy of a device image (NVDEC
@@ -243,9 +246,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
         let name: Arc<str> = Arc::from(node.name.as_str());
         let body = match &node.kind {
             NodeKind::TestSrc(c) => Ok(Body::Source(Box::new(sources::testsrc::TestSrc::new(c, pool_size, opts.max_frames)))),
-            NodeKind::Audio(c) => {
-                sources::audio::AudioSource::build(cfg, node, c, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
-            }
+            NodeKind::Audio(c) => sources::audio::AudioSource::build(cfg, node, c, pool_size, opts.max_frames, opts.shutdown.as_ref())
+                .map(|s| Body::Source(s.boxed())),
             NodeKind::Vad(c) => match rt {
                 Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
                 None => continue,
@@ -261,9 +263,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Err(cfg.diag(c.backend.span(), format!("source `{}`: this build has no GStreamer backend", node.name))
                     .with_help("build with the `gstreamer` feature (on by default), or use backend = \"ffmpeg\""))
             }
-            NodeKind::File(c) => {
-                sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
-            }
+            NodeKind::File(c) => sources::file::FileSource::build(cfg, node, c, i as u32, pool_size, opts.max_frames, opts.shutdown.as_ref())
+                .map(|s| Body::Source(s.boxed())),
             NodeKind::AudioTestSrc(c) => Ok(Body::Source(Box::new(sources::audiotest::AudioTestSrc::new(c, pool_size, opts.max_frames)))),
             NodeKind::AudioLevel(c) => Ok(Body::Stage(Box::new(level::AudioLevel::new(name, c.clone())))),
             NodeKind::Rtsp(c) => {

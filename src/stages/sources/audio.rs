@@ -7,8 +7,10 @@ use std::sync::Arc;
 use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, InputOptions};
 use crate::config::{AudioSourceConfig, Diagnostic, NodeConfig, PipelineConfig};
 use crate::frame::{AudioChunk, Pool};
-use crate::runtime::SourceCtx;
+use crate::runtime::{Shutdown, SourceCtx};
 use crate::stages::Source;
+
+use super::{Built, StoppedAtOpen};
 
 /// Cuts a decoder's samples into windows of `window` samples every `hop`,
 /// each stamped with its first sample's index; the stream's last window is
@@ -68,29 +70,32 @@ pub struct AudioSource {
     hop: usize,
     pool: Pool<f32>,
     max_frames: Option<u64>,
-    /// Lets a stop abort a read from a stalled network stream.
+    /// Lets a stop abort a read from a stalled network stream or a silent pipe.
     stop: super::StopCell,
 }
 
 impl AudioSource {
+    /// Open the input now. `shutdown`: the run's stop, which aborts a wait for stdin's first data.
     pub fn build(
         cfg: &PipelineConfig,
         node: &NodeConfig,
         c: &AudioSourceConfig,
         pool_size: usize,
         max_frames: Option<u64>,
-    ) -> Result<Self, Diagnostic> {
+        shutdown: Option<&Arc<Shutdown>>,
+    ) -> Result<Built<Self>, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
         let rate = *c.sample_rate.get_ref();
         let window = *c.window.get_ref();
         if window == 0 || rate == 0 {
             return Err(cfg.diag(c.window.span(), "window and sample_rate must be positive"));
         }
-        let stop = super::StopCell::default();
+        let stop = super::StopCell::armed(shutdown);
+        let stdin = path.as_os_str() == "-";
         let mut opts = InputOptions {
             format: c.format.as_ref().map(|f| cfg.expand(f)).transpose()?,
             options: Vec::new(),
-            interrupt: crate::config::is_url(&path.to_string_lossy()).then(|| stop.interrupt()),
+            interrupt: (stdin || crate::config::is_url(&path.to_string_lossy())).then(|| stop.interrupt()),
             ..Default::default()
         };
         if let Some(r) = &c.input_rate {
@@ -99,11 +104,26 @@ impl AudioSource {
         if opts.format.is_some() && c.input_rate.is_some() {
             opts.options.push(("ch_layout".into(), format!("{}C", c.channels.as_ref().map_or(1, |n| *n.get_ref()))));
         }
-        let decoder = AudioDecoder::open_with(&path, rate, &opts).map_err(|e| {
-            cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name))
-                .with_help("check the path and that FFmpeg can play it (ffprobe FILE)")
-        })?;
-        Ok(AudioSource { path, decoder, rate, window, hop: c.hop.unwrap_or(window).max(1), pool: Pool::new(pool_size), max_frames, stop })
+        let decoder = match AudioDecoder::open_with(&path, rate, &opts) {
+            Ok(d) => d,
+            // Stopped while the input was being opened: not an error, the run stops.
+            Err(FfmpegError::Stopped { path }) => return Ok(Built::StoppedAtOpen(StoppedAtOpen::new(path))),
+            Err(e) => {
+                return Err(cfg
+                    .diag(c.uri.span(), format!("source `{}`: {e}", node.name))
+                    .with_help("check the path and that FFmpeg can play it (ffprobe FILE)"));
+            }
+        };
+        Ok(Built::Ready(AudioSource {
+            path,
+            decoder,
+            rate,
+            window,
+            hop: c.hop.unwrap_or(window).max(1),
+            pool: Pool::new(pool_size),
+            max_frames,
+            stop,
+        }))
     }
 }
 

@@ -337,6 +337,21 @@ impl DirSource {
 /// A file being read: its input token, next sequence number, time base, and whether it failed.
 type InProgress = (Arc<crate::frame::InputToken>, u64, (i32, i32), Arc<AtomicBool>);
 
+/// Corrupt data a file's decoder skipped: frames (audio: packets) and the
+/// stretches they came in (video; each ended by a keyframe or the end).
+#[derive(Debug, Clone, Copy, Default)]
+struct Corrupt {
+    frames: u64,
+    bursts: u64,
+}
+
+impl Corrupt {
+    fn add(&mut self, other: Corrupt) {
+        self.frames += other.frames;
+        self.bursts += other.bursts;
+    }
+}
+
 /// What a decoding worker sends to the source thread.
 enum Msg {
     Opened {
@@ -348,14 +363,17 @@ enum Msg {
         pts: Option<i64>,
         item: Item,
     },
-    /// Read to the end (or to `max_frames`): `Err` says why the file is not usable.
+    /// Read to the end (or to `max_frames`): `Err` says why the file is not
+    /// usable. `corrupt`: what its decoder skipped (also when it failed).
     Done {
         file: usize,
         result: Result<u64, String>,
+        corrupt: Corrupt,
     },
-    /// The run is stopping: the file was not finished.
+    /// The run is stopping: the file was not finished (`corrupt`: what its decoder skipped so far).
     Stopped {
         file: usize,
+        corrupt: Corrupt,
     },
 }
 
@@ -405,7 +423,8 @@ impl Decode<'_> {
         let mut dec = match VideoDecoder::open(&e.path, self.threads) {
             Ok(d) => d,
             Err(err) => {
-                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)) });
+                // Not opened, nothing decoded: the file is failed (and named), no frame is counted.
+                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)), corrupt: Corrupt::default() });
                 return;
             }
         };
@@ -417,10 +436,13 @@ impl Decode<'_> {
             );
         }
         let (mut n, mut bad) = (0u64, 0u64);
+        // As the `file` source counts: frames skipped (rejected, damaged, or
+        // unusable once decoded) and the stretches of corrupt data.
+        let corrupt = |dec: &VideoDecoder, bad: u64| Corrupt { frames: dec.skipped_frames + bad, bursts: dec.corrupt_bursts };
         let mut hit_limit = false;
         loop {
             if stop.load(Ordering::Acquire) {
-                let _ = tx.send(Msg::Stopped { file });
+                let _ = tx.send(Msg::Stopped { file, corrupt: corrupt(&dec, bad) });
                 return;
             }
             if max_frames.is_some_and(|m| n >= m) {
@@ -431,7 +453,7 @@ impl Decode<'_> {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(err) => {
-                    let _ = tx.send(Msg::Done { file, result: Err(err.to_string()) });
+                    let _ = tx.send(Msg::Done { file, result: Err(err.to_string()), corrupt: corrupt(&dec, bad) });
                     return;
                 }
             };
@@ -449,10 +471,11 @@ impl Decode<'_> {
                 }
             }
         }
+        let skipped = corrupt(&dec, bad);
         let result = if let Some(err) = &dec.read_error {
             Err(format!("read error after {n} frame(s): {err} (truncated?)"))
-        } else if dec.skipped_frames + bad > 0 {
-            Err(format!("corrupt data: {} frame(s) could not be decoded ({n} frame(s) decoded)", dec.skipped_frames + bad))
+        } else if skipped.frames > 0 {
+            Err(format!("corrupt data: {} frame(s) skipped in {} stretch(es) ({n} frame(s) decoded)", skipped.frames, skipped.bursts))
         } else if let Some(d) = dec.info.declared_frames.filter(|d| !hit_limit && n < *d) {
             Err(format!("decoded {n} of the {d} frames the container lists (truncated?)"))
         } else if n == 0 {
@@ -460,7 +483,7 @@ impl Decode<'_> {
         } else {
             Ok(n)
         };
-        let _ = tx.send(Msg::Done { file, result });
+        let _ = tx.send(Msg::Done { file, result, corrupt: skipped });
     }
 
     fn audio(&self, file: usize, e: &Entry, rate: u32, window: usize, hop: usize) {
@@ -468,16 +491,18 @@ impl Decode<'_> {
         let mut dec = match AudioDecoder::open(&e.path, rate) {
             Ok(d) => d,
             Err(err) => {
-                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)) });
+                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)), corrupt: Corrupt::default() });
                 return;
             }
         };
+        // As the `audio` source counts: packets the decoder rejected.
+        let corrupt = |dec: &AudioDecoder| Corrupt { frames: dec.corrupt_packets, bursts: 0 };
         let _ = tx.send(Msg::Opened { file, time_base: (1, rate as i32) });
         let mut windows = super::audio::Windows::new(window, hop);
         let (mut n, mut hit_limit) = (0u64, false);
         loop {
             if self.stop.load(Ordering::Acquire) {
-                let _ = tx.send(Msg::Stopped { file });
+                let _ = tx.send(Msg::Stopped { file, corrupt: corrupt(&dec) });
                 return;
             }
             if self.max_frames.is_some_and(|m| n >= m) {
@@ -493,7 +518,8 @@ impl Decode<'_> {
                 }
                 Ok(None) => break,
                 Err(err) => {
-                    let _ = tx.send(Msg::Done { file, result: Err(format!("read error after {n} window(s): {err}")) });
+                    let result = Err(format!("read error after {n} window(s): {err}"));
+                    let _ = tx.send(Msg::Done { file, result, corrupt: corrupt(&dec) });
                     return;
                 }
             }
@@ -510,7 +536,7 @@ impl Decode<'_> {
         } else {
             Ok(n)
         };
-        let _ = tx.send(Msg::Done { file, result });
+        let _ = tx.send(Msg::Done { file, result, corrupt: corrupt(&dec) });
     }
 }
 
@@ -547,7 +573,8 @@ impl Source for DirSource {
         let next = Mutex::new(0usize);
         let stop = AtomicBool::new(false);
         let (tx, rx) = bounded::<Msg>(2 * self.parallel);
-        let mut decode_errors = 0u64;
+        // Summed over the files, kept live as each file ends.
+        let mut corrupt = Corrupt::default();
         let (media, threads, max_frames, pool, audio_pool) =
             (self.media, self.decoder_threads, self.max_frames, &self.pool, &self.audio_pool);
         std::thread::scope(|scope| {
@@ -640,7 +667,9 @@ impl Source for DirSource {
                             stop.store(true, Ordering::Release);
                         }
                     }
-                    Msg::Done { file, result } => {
+                    Msg::Done { file, result, corrupt: c } => {
+                        corrupt.add(c);
+                        ctx.set_decode_errors(corrupt.frames, corrupt.bursts);
                         let entry = open.remove(&file);
                         match result {
                             Ok(sent) => {
@@ -652,7 +681,6 @@ impl Source for DirSource {
                                 }
                             }
                             Err(reason) => {
-                                decode_errors += 1;
                                 if let Some((_, _, _, failed)) = &entry {
                                     failed.store(true, Ordering::Release);
                                 }
@@ -661,7 +689,9 @@ impl Source for DirSource {
                         }
                         // Dropping the token here: the file ends once its last frame has settled downstream.
                     }
-                    Msg::Stopped { file } => {
+                    Msg::Stopped { file, corrupt: c } => {
+                        corrupt.add(c);
+                        ctx.set_decode_errors(corrupt.frames, corrupt.bursts);
                         open.remove(&file);
                     }
                 }
@@ -673,7 +703,6 @@ impl Source for DirSource {
         if never > 0 {
             log.record(|r| r.incomplete += never as u64);
         }
-        ctx.note_decode_errors(decode_errors);
         Ok(())
     }
 }

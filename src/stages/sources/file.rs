@@ -3,11 +3,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{InputOptions, StreamInfo, VideoDecoder, copy_to_image};
+use crate::backend::ffmpeg::{FfmpegError, InputOptions, StreamInfo, VideoDecoder, copy_to_image};
 use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url, mask_credentials};
 use crate::frame::Pool;
-use crate::runtime::SourceCtx;
+use crate::runtime::{Shutdown, SourceCtx};
 use crate::stages::Source;
+
+use super::{Built, StoppedAtOpen};
 
 pub struct FileSource {
     path: PathBuf,
@@ -28,7 +30,7 @@ pub struct FileSource {
     last_pts: Option<i64>,
     /// Largest frame (width × height) accepted; larger ones are skipped and counted.
     max_pixels: u64,
-    /// Lets a stop abort a read from a stalled network stream.
+    /// Lets a stop abort a read from a stalled network stream or a silent pipe.
     stop: super::StopCell,
 }
 
@@ -42,24 +44,51 @@ enum Decode {
     Nvdec(std::sync::Arc<crate::backend::cuda::Gpu>, crate::backend::ffmpeg::HwDevice, crate::backend::nvdec::Surfaces),
 }
 
+/// Why the input could not be opened for decoding.
+enum OpenError {
+    /// FFmpeg's error opening the input (a stop among them: [`FfmpegError::Stopped`]).
+    Ffmpeg(FfmpegError),
+    /// NVDEC could not be had (no GPU, no CUDA hwaccel for the codec, ...).
+    Nvdec(String),
+}
+
+impl OpenError {
+    fn is_stop(&self) -> bool {
+        matches!(self, OpenError::Ffmpeg(FfmpegError::Stopped { .. }))
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Ffmpeg(e) => e.fmt(f),
+            OpenError::Nvdec(e) => f.write_str(e),
+        }
+    }
+}
+
 /// Try NVDEC for `path`: the shared GPU, FFmpeg's device on its context and
 /// stream, and a decoder with the CUDA hwaccel.
 #[cfg(feature = "cuda")]
-fn open_nvdec(path: &std::path::Path, device: usize, opts: &InputOptions) -> Result<(VideoDecoder, Decode), String> {
-    let gpu = crate::backend::cuda::Gpu::shared(device).map_err(|e| e.to_string())?;
-    let hw = crate::backend::nvdec::hw_device(&gpu)?;
-    let dec = VideoDecoder::open_cuda(path, &hw, opts).map_err(|e| e.to_string())?;
+fn open_nvdec(path: &std::path::Path, device: usize, opts: &InputOptions) -> Result<(VideoDecoder, Decode), OpenError> {
+    let gpu = crate::backend::cuda::Gpu::shared(device).map_err(|e| OpenError::Nvdec(e.to_string()))?;
+    let hw = crate::backend::nvdec::hw_device(&gpu).map_err(OpenError::Nvdec)?;
+    let dec = VideoDecoder::open_cuda(path, &hw, opts).map_err(|e| match e {
+        e @ FfmpegError::Stopped { .. } => OpenError::Ffmpeg(e),
+        e => OpenError::Nvdec(e.to_string()),
+    })?;
     let surfaces = crate::backend::nvdec::Surfaces::new(&gpu);
     Ok((dec, Decode::Nvdec(gpu, hw, surfaces)))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_nvdec(_: &std::path::Path, _: usize, _: &InputOptions) -> Result<(VideoDecoder, Decode), String> {
-    Err("this build has no GPU support (built without the `cuda` feature)".into())
+fn open_nvdec(_: &std::path::Path, _: usize, _: &InputOptions) -> Result<(VideoDecoder, Decode), OpenError> {
+    Err(OpenError::Nvdec("this build has no GPU support (built without the `cuda` feature)".into()))
 }
 
 impl FileSource {
     /// Open the input now, so a missing or broken file is reported before anything runs.
+    /// `shutdown`: the run's stop, which aborts a wait for stdin's first data.
     pub fn build(
         cfg: &PipelineConfig,
         node: &NodeConfig,
@@ -67,46 +96,54 @@ impl FileSource {
         _index: u32,
         pool_size: usize,
         max_frames: Option<u64>,
-    ) -> Result<Self, Diagnostic> {
+        shutdown: Option<&Arc<Shutdown>>,
+    ) -> Result<Built<Self>, Diagnostic> {
         let path = cfg.resolve_path(&c.uri)?;
         // `-`: a stream piped in on stdin (its format probed unless `format` names it).
-        let stop = super::StopCell::default();
+        let stdin = path.as_os_str() == "-";
+        let stop = super::StopCell::armed(shutdown);
         let mut opts = input_options(cfg, c)?;
-        if is_url(&path.to_string_lossy()) {
+        if stdin || is_url(&path.to_string_lossy()) {
             opts.interrupt = Some(stop.interrupt());
         }
         let open_path = path.clone();
-        let stdin = path.as_os_str() == "-";
         let max_pixels = c.max_pixels.or(cfg.settings.max_pixels).unwrap_or(crate::backend::ffmpeg::DEFAULT_MAX_PIXELS);
         opts.max_pixels = Some(max_pixels);
-        let open_err = |e: crate::backend::ffmpeg::FfmpegError| {
-            let help = match e {
-                crate::backend::ffmpeg::FfmpegError::TooLarge { .. } => {
-                    "a corrupt or hostile header, or a really huge video: raise `max_pixels` on this source or under [pipeline] to accept it"
-                }
-                _ => "check the path and that FFmpeg can play it (ffprobe FILE)",
-            };
-            // The error names the input (`stdin` for `-`).
-            cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(help)
-        };
-        let open = |p: &std::path::Path| VideoDecoder::open_with(p, c.decoder_threads, &opts).map_err(open_err);
+        let open = |p: &std::path::Path| VideoDecoder::open_with(p, c.decoder_threads, &opts).map_err(OpenError::Ffmpeg);
         let hw = c.hwaccel.as_ref().map(|h| *h.get_ref()).unwrap_or_default();
-        let (decoder, decode) = match hw {
-            HwAccel::None => (open(&open_path)?, Decode::Software(None)),
-            HwAccel::Cuda => open_nvdec(&open_path, c.device_id, &opts).map_err(|e| {
-                let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
-                cfg.diag(span, format!("source `{}`: hwaccel = \"cuda\": {e}", node.name))
-                    .with_help("use hwaccel = \"auto\" to fall back to software decoding, or run `infer-stream doctor`")
-            })?,
+        let opened = match hw {
+            HwAccel::None => open(&open_path).map(|d| (d, Decode::Software(None))),
+            HwAccel::Cuda => open_nvdec(&open_path, c.device_id, &opts),
             // A pipe cannot be reopened after a failed try: stdin decodes in software unless asked;
             // so do raw and named input formats (NVDEC decodes compressed video).
             HwAccel::Auto if stdin || opts.format.is_some() => {
-                (open(&open_path)?, Decode::Software(Some(if stdin { "stdin" } else { "named input format" }.into())))
+                open(&open_path).map(|d| (d, Decode::Software(Some(if stdin { "stdin" } else { "named input format" }.into()))))
             }
             HwAccel::Auto => match open_nvdec(&open_path, c.device_id, &opts) {
-                Ok(d) => d,
-                Err(why) => (open(&open_path)?, Decode::Software(Some(why))),
+                Err(why) if !why.is_stop() => open(&open_path).map(|d| (d, Decode::Software(Some(why.to_string())))),
+                r => r,
             },
+        };
+        let (decoder, decode) = match opened {
+            Ok(d) => d,
+            // Stopped while the input was being opened: not an error, the run stops.
+            Err(e) if e.is_stop() => return Ok(Built::StoppedAtOpen(StoppedAtOpen::new(display_name(&path)))),
+            Err(OpenError::Nvdec(e)) => {
+                let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
+                return Err(cfg
+                    .diag(span, format!("source `{}`: hwaccel = \"cuda\": {e}", node.name))
+                    .with_help("use hwaccel = \"auto\" to fall back to software decoding, or run `infer-stream doctor`"));
+            }
+            Err(OpenError::Ffmpeg(e)) => {
+                let help = match e {
+                    FfmpegError::TooLarge { .. } => {
+                        "a corrupt or hostile header, or a really huge video: raise `max_pixels` on this source or under [pipeline] to accept it"
+                    }
+                    _ => "check the path and that FFmpeg can play it (ffprobe FILE)",
+                };
+                // The error names the input (`stdin` for `-`).
+                return Err(cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(help));
+            }
         };
         match &decode {
             Decode::Software(Some(why)) if !stdin => {
@@ -129,7 +166,7 @@ impl FileSource {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Ok(FileSource {
+        Ok(Built::Ready(FileSource {
             path,
             decoder,
             pool: Pool::new(pool_size),
@@ -144,7 +181,7 @@ impl FileSource {
             last_pts: None,
             max_pixels,
             stop,
-        })
+        }))
     }
 }
 
@@ -162,10 +199,15 @@ pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<Input
     Ok(InputOptions { format, options, ..Default::default() })
 }
 
+/// An input as messages name it: its path (password masked), or `stdin`.
+fn display_name(path: &std::path::Path) -> String {
+    if path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
+}
+
 impl FileSource {
     /// The input as messages name it: its path (password masked), or `stdin`.
     fn display_name(&self) -> String {
-        if self.path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&self.path.to_string_lossy()).into_owned() }
+        display_name(&self.path)
     }
 }
 
@@ -298,7 +340,8 @@ impl Source for FileSource {
                 break;
             }
         }
-        if let Some(e) = self.decoder.read_error() {
+        // A read the stop aborted is no read error.
+        if let Some(e) = self.decoder.read_error().filter(|_| !(self.decoder.interrupted() && ctx.stopping())) {
             tracing::warn!("{name}: read error: {e}; treated as the end of the input");
         }
         // Bursts were logged as they ended; the totals go to the summary.

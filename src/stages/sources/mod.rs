@@ -14,9 +14,10 @@ use std::sync::{Arc, OnceLock};
 use crate::backend::ffmpeg::Interrupt;
 use crate::runtime::Shutdown;
 
-/// The pipeline's stop, for FFmpeg's waits on a network input opened before
-/// the run starts: armed when the source runs, it lets a stop abort a read
-/// from a stalled stream (which would otherwise wait for ever).
+/// The pipeline's stop, for FFmpeg's waits on a network input or stdin opened
+/// before the run starts: armed at build when the run's stop is known then
+/// (else when the source runs), it lets a stop abort a read from a stalled
+/// stream or a silent pipe (which would otherwise wait for ever).
 #[derive(Clone, Default)]
 pub struct StopCell(Arc<OnceLock<Arc<Shutdown>>>);
 
@@ -27,9 +28,60 @@ impl StopCell {
         Interrupt(Arc::new(move || cell.get().is_some_and(|s| s.stopping())))
     }
 
-    /// From now on a stop of `shutdown` aborts the waits.
+    /// From now on a stop of `shutdown` aborts the waits (the first one armed stays).
     pub fn arm(&self, shutdown: Arc<Shutdown>) {
         let _ = self.0.set(shutdown);
+    }
+
+    /// A cell armed with `shutdown` when there is one (the run's, at build).
+    pub fn armed(shutdown: Option<&Arc<Shutdown>>) -> Self {
+        let cell = StopCell::default();
+        if let Some(s) = shutdown {
+            cell.arm(s.clone());
+        }
+        cell
+    }
+}
+
+/// What building a source that opens its input gives: the source, or, when
+/// the run was stopped (Ctrl-C, SIGTERM) while the input was still being
+/// opened (a pipe that has sent nothing yet, or too little to tell its
+/// streams), a source that yields nothing, so the run stops at once as for
+/// any stop, with its summary and exit code.
+pub enum Built<S> {
+    Ready(S),
+    StoppedAtOpen(StoppedAtOpen),
+}
+
+impl<S: crate::stages::Source + 'static> Built<S> {
+    pub fn boxed(self) -> Box<dyn crate::stages::Source> {
+        match self {
+            Built::Ready(s) => Box::new(s),
+            Built::StoppedAtOpen(s) => Box::new(s),
+        }
+    }
+}
+
+/// A source whose input the pipeline stopped waiting for before its first frame.
+pub struct StoppedAtOpen {
+    /// The input as messages name it (`stdin`, a masked URL).
+    input: String,
+}
+
+impl StoppedAtOpen {
+    pub fn new(input: String) -> Self {
+        tracing::info!("{input}: stopped while the input was being opened");
+        StoppedAtOpen { input }
+    }
+}
+
+impl crate::stages::Source for StoppedAtOpen {
+    fn describe(&self) -> String {
+        format!("{} (stopped while being opened, before its first frame)", self.input)
+    }
+
+    fn run(&mut self, _ctx: &mut crate::runtime::SourceCtx<'_>) -> Result<(), String> {
+        Ok(())
     }
 }
 
