@@ -496,3 +496,39 @@ fn batch_files_the_dir_source_accepts_never_share_a_video_or_snapshot() {
     snaps.sort();
     assert_eq!(snaps, ["a.b.mp4-000000.png", "a_b.mp4-000000.png"]);
 }
+
+/// A container that asks for the picture to be turned (a phone's display
+/// matrix) is said loudly: frames are processed as stored.
+#[test]
+fn a_turned_picture_is_said_not_silently_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, turned) = (dir.path().join("plain.mp4"), dir.path().join("turned.mp4"));
+    clip(&plain, 5);
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(&plain)
+        .args(["-c", "copy", "-metadata:s:v:0", "rotate=90"])
+        .arg(&turned)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let toml = dir.path().join("p.toml");
+    let run = |video: &Path| {
+        std::fs::write(
+            &toml,
+            format!("[sources.cam]\nkind = \"file\"\nuri = \"{}\"\n[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n", video.display()),
+        )
+        .unwrap();
+        let o = bin().args(["run", toml.to_str().unwrap(), "--progress", "never"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(0));
+        stderr(&o)
+    };
+    let err = run(&turned);
+    assert!(
+        err.contains(
+            "source `cam`: the container says to turn it 90° counterclockwise for display; frames are processed as stored, not turned"
+        ),
+        "{err}"
+    );
+    assert!(!run(&plain).contains("the container says"));
+}

@@ -259,6 +259,19 @@ pub struct StreamInfo {
     pub rotation: Option<f64>,
 }
 
+impl StreamInfo {
+    /// What the container asks a player to do with the picture, in words
+    /// (`turn it 90° clockwise`), when it asks anything.
+    pub fn turn(&self) -> Option<String> {
+        self.rotation.map(|r| match r as i64 {
+            90 => "turn it 90° clockwise".to_string(),
+            180 => "turn it 180°".to_string(),
+            270 => "turn it 90° counterclockwise".to_string(),
+            _ => format!("turn it {r}° clockwise"),
+        })
+    }
+}
+
 /// A demuxer + video decoder for one input.
 pub struct VideoDecoder {
     path: String,

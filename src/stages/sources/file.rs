@@ -153,11 +153,8 @@ impl FileSource {
             Decode::Nvdec(gpu, ..) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
             _ => {}
         }
-        if let Some(r) = decoder.info.rotation {
-            tracing::warn!(
-                "source `{}`: the container says to turn the picture {r}° clockwise for display; frames are processed as stored, not turned",
-                node.name
-            );
+        if let Some(r) = decoder.info.turn() {
+            tracing::warn!("source `{}`: the container says to {r} for display; frames are processed as stored, not turned", node.name);
         }
         let uri = c.uri.get_ref();
         let live = c.realtime
