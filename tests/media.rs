@@ -214,7 +214,7 @@ fn video_sink_bad_config_is_a_located_error() {
             "error: video sink `out`: stream `c` does not feed this sink; its streams are `a`, `b`\n",
         ),
         ("path = \"x.mp4\"", "validate", "error: video sink `out` is fed by 2 streams (`a`, `b`); a video file holds one\n"),
-        ("path = \"a-file/x.mp4\"\nstream = \"a\"", "run", "error: video sink `out`: cannot create folder "),
+        ("path = \"a-file/x.mp4\"\nstream = \"a\"", "validate", "error: sink `out`: cannot make the folder for "),
         (
             "path = \"x.mp4\"\nstream = \"a\"\npreset = \"warp-speed\"",
             "run",
