@@ -104,7 +104,7 @@ pub fn pixel_format_exists(name: &str) -> bool {
 }
 
 /// How messages name an input: `stdin` for `-`, a URL with its password masked.
-fn shown_name(path: &Path) -> String {
+pub fn shown_name(path: &Path) -> String {
     if path.as_os_str() == "-" { "stdin".to_string() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
 }
 
@@ -260,15 +260,16 @@ pub struct StreamInfo {
 }
 
 impl StreamInfo {
-    /// What the container asks a player to do with the picture, in words
-    /// (`turn it 90° clockwise`), when it asks anything.
-    pub fn turn(&self) -> Option<String> {
-        self.rotation.map(|r| match r as i64 {
+    /// What the container asks a player to do with the picture, and that it
+    /// is not done, in words for the log; `None` when it asks nothing.
+    pub fn turn_note(&self) -> Option<String> {
+        let turn = match self.rotation? as i64 {
             90 => "turn it 90° clockwise".to_string(),
             180 => "turn it 180°".to_string(),
             270 => "turn it 90° counterclockwise".to_string(),
-            _ => format!("turn it {r}° clockwise"),
-        })
+            r => format!("turn it {r}° clockwise"),
+        };
+        Some(format!("the container says to {turn} for display; frames are processed as stored, not turned"))
     }
 }
 
@@ -380,7 +381,8 @@ impl VideoDecoder {
                 unsafe { ffi::av_display_rotation_get(matrix.as_ptr()) }
             })
         });
-        let rotation = rotation.filter(|r| r.is_finite() && r.round() as i64 % 360 != 0).map(|r| (-r).round().rem_euclid(360.0));
+        // Counterclockwise in FFmpeg's terms: clockwise degrees, 0 … 359.
+        let rotation = rotation.filter(|r| r.is_finite()).map(|r| (-r).round().rem_euclid(360.0)).filter(|r| *r != 0.0);
         let info = StreamInfo {
             codec: ff::codec::decoder::find(codec_id).map(|c| c.name().to_string()).unwrap_or_else(|| format!("{codec_id:?}")),
             width: decoder.width(),

@@ -642,9 +642,6 @@ impl Bindings {
         if given != total {
             return Err(format!("input of shape {shape:?} needs {total} values, got {given}"));
         }
-        for p in parts {
-            p.check()?;
-        }
         let i = self.slot(session, shape)?;
         let memory = self.memory.clone();
         let b = &mut self.cache[i];
@@ -656,6 +653,7 @@ impl Bindings {
                 let base = b.input.data_ptr_mut() as u64;
                 let mut at = 0u64;
                 for p in parts {
+                    p.check()?;
                     match p {
                         Src::Host(d) => gpu.upload_async(d, base + at * 4),
                         Src::Device(buf, n) if std::sync::Arc::ptr_eq(buf.gpu(), gpu) => gpu.copy_d2d(buf.ptr, base + at * 4, n * 4),

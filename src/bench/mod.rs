@@ -103,9 +103,9 @@ pub struct BenchReport {
     /// Per-node time-per-frame histograms (for plots; not in the JSON).
     #[serde(skip)]
     pub histograms: plot::Histograms,
-    /// How the measured run ended, as `run` would report it (for the exit code).
+    /// The measured run's own report: how it ended decides the exit code, as for `run`.
     #[serde(skip)]
-    pub outcome: crate::runtime::report::Outcome,
+    pub run: crate::runtime::report::RunReport,
 }
 
 fn alone(node: &str, kind: &str, frames: u64, d: Duration) -> StageAlone {
@@ -283,7 +283,6 @@ pub fn bench(cfg: &PipelineConfig, graph: &Graph, opts: &BenchOptions) -> Result
             if separate { ("separate-engines", bound_separate(&decode, &stages)) } else { ("shared-cpu", bound(&decode, &stages)) };
         Isolated { decode, stages, bound: kind, bound_fps, efficiency: run.fps() / bound_fps }
     });
-    let outcome = run.outcome();
     Ok(BenchReport {
         schema: SCHEMA,
         pipeline: run.pipeline.clone(),
@@ -297,11 +296,11 @@ pub fn bench(cfg: &PipelineConfig, graph: &Graph, opts: &BenchOptions) -> Result
         gpu,
         bottleneck,
         providers: run.providers.clone(),
-        nodes: run.nodes,
+        nodes: run.nodes.clone(),
         timeline,
         isolate,
         histograms,
-        outcome,
+        run,
     })
 }
 

@@ -618,11 +618,11 @@ fn run(
     if let Some(s) = server {
         s.stop();
     }
-    Ok(exit_code(&report.outcome()))
+    Ok(exit_code(&report))
 }
 
 /// The exit code of a run (or the run `bench` measured), its errors said.
-fn exit_code(o: &infer_stream::runtime::report::Outcome) -> u8 {
+fn exit_code(o: &infer_stream::runtime::report::RunReport) -> u8 {
     if let Some(f) = &o.fatal {
         eprintln!("error: {f}");
         return exit::RUNTIME;
@@ -633,15 +633,15 @@ fn exit_code(o: &infer_stream::runtime::report::Outcome) -> u8 {
         }
         return exit::RUNTIME;
     }
-    if !o.balanced {
-        eprintln!("error: {}", o.accounting);
+    if !o.frames.balanced() {
+        eprintln!("error: {}", o.accounting_line());
         return exit::RUNTIME;
     }
     if let Some(sig) = o.interrupted_by_signal {
         return exit::SIGNAL_BASE + sig as u8;
     }
-    if o.failed_inputs > 0 {
-        eprintln!("error: {} input(s) failed (named above); the others were processed", o.failed_inputs);
+    if let Some(i) = o.inputs.as_ref().filter(|i| !i.failed.is_empty()) {
+        eprintln!("error: {} input(s) failed (named above); the others were processed", i.failed.len());
         return exit::INPUTS_FAILED;
     }
     exit::OK
@@ -695,5 +695,5 @@ fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&Path>, trace
         t.write(p).with_context(|| format!("writing {}", p.display()))?;
         eprintln!("trace: {} spans in {}", t.span_count(), p.display());
     }
-    Ok(exit_code(&report.outcome))
+    Ok(exit_code(&report.run))
 }

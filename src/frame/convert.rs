@@ -94,14 +94,19 @@ impl Normalize {
     }
 }
 
+/// A matrix's red and blue luma weights (Kr, Kb); BT.601 when untagged.
+fn luma_weights(m: Matrix) -> (f64, f64) {
+    match m {
+        Matrix::Bt709 => (0.2126, 0.0722),
+        Matrix::Bt2020 => (0.2627, 0.0593),
+        Matrix::Bt601 | Matrix::Unspecified => (0.299, 0.114),
+    }
+}
+
 /// RGB → Y, Cb, Cr codes of `color`'s matrix and range (BT.601 when untagged),
 /// rounded: the colours of drawings made on YUV pictures.
 pub fn rgb_to_yuv(rgb: [u8; 3], color: ColorInfo) -> [u8; 3] {
-    let (kr, kb) = match color.matrix {
-        Matrix::Bt709 => (0.2126f64, 0.0722f64),
-        Matrix::Bt2020 => (0.2627, 0.0593),
-        Matrix::Bt601 | Matrix::Unspecified => (0.299, 0.114),
-    };
+    let (kr, kb) = luma_weights(color.matrix);
     let [r, g, b] = rgb.map(|v| v as f64 / 255.0);
     let y = kr * r + (1.0 - kr - kb) * g + kb * b;
     let (cb, cr) = ((b - y) / (2.0 * (1.0 - kb)), (r - y) / (2.0 * (1.0 - kr)));
@@ -111,11 +116,7 @@ pub fn rgb_to_yuv(rgb: [u8; 3], color: ColorInfo) -> [u8; 3] {
 
 /// YUV → RGB constants in the 0–255 domain: `(y_off, y_mul, c_mul, k_rv, k_gu, k_gv, k_bu)`.
 pub fn color_coefficients(color: ColorInfo) -> (f32, f32, f32, f32, f32, f32, f32) {
-    let (kr, kb) = match color.matrix {
-        Matrix::Bt709 => (0.2126f64, 0.0722f64),
-        Matrix::Bt2020 => (0.2627, 0.0593),
-        Matrix::Bt601 | Matrix::Unspecified => (0.299, 0.114),
-    };
+    let (kr, kb) = luma_weights(color.matrix);
     let kg = 1.0 - kr - kb;
     let (y_off, y_mul, c_mul) = if color.full_range { (0.0, 1.0, 1.0) } else { (16.0, 255.0 / 219.0, 255.0 / 224.0) };
     (

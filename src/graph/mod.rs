@@ -594,7 +594,7 @@ fn lexical(path: &std::path::Path) -> std::path::PathBuf {
 /// where a folder goes, `{stream}` outside the file name.
 fn unwritable(path: &std::path::Path, folder: bool, templated: bool) -> Option<String> {
     if templated && path.parent().is_some_and(|d| d.to_string_lossy().contains("{stream}")) {
-        return Some("`{stream}` may only appear in the file name, not in a folder".into());
+        return Some("`{stream}` may only appear in the file name, not in a folder (e.g. path = \"out/{stream}.ndjson\")".into());
     }
     if !folder && !templated && path.is_dir() {
         return Some(format!("{} is a folder, not a file", path.display()));
@@ -609,7 +609,7 @@ fn unwritable(path: &std::path::Path, folder: bool, templated: bool) -> Option<S
 /// and `a_b` both make `a_b`: names are made file-name safe). Either would
 /// silently overwrite or interleave results.
 fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
-    use crate::stages::sinks::stream_file_name;
+    use crate::stages::sinks::{stream_file_name, stream_path};
     // A file (or, for a `dir` source's streams, a path template) → who writes it.
     let mut taken: HashMap<std::path::PathBuf, (&str, String)> = HashMap::new();
     for (i, node) in cfg.nodes.iter().enumerate() {
@@ -632,13 +632,11 @@ fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mu
         }
         // `None`: every stream of a `dir` source (the template itself is the key).
         let file_of = |stream: Option<&str>| -> std::path::PathBuf {
-            let safe = stream.map_or_else(|| "{stream}".to_string(), stream_file_name);
-            if images {
+            match (images, stream) {
                 // Snapshots are `STREAM-SEQ.ext` in the folder.
-                path.join(format!("{safe}-*"))
-            } else {
-                let name = path.file_name().map(|n| n.to_string_lossy().replace("{stream}", &safe)).unwrap_or_default();
-                path.with_file_name(name)
+                (true, s) => path.join(format!("{}-*", s.map_or_else(|| "{stream}".to_string(), stream_file_name))),
+                (false, Some(s)) => stream_path(&path, s),
+                (false, None) => path.clone(),
             }
         };
         let mut files = Vec::new();

@@ -89,17 +89,6 @@ pub struct RunReport {
     pub inputs: Option<InputsReport>,
 }
 
-/// How a run ended, beyond its counters: what makes its exit code.
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    pub fatal: Option<String>,
-    pub source_errors: Vec<String>,
-    pub balanced: bool,
-    pub accounting: String,
-    pub interrupted_by_signal: Option<i32>,
-    pub failed_inputs: usize,
-}
-
 /// An input that could not be processed, and why.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct FailedInput {
@@ -166,18 +155,6 @@ impl InputsReport {
 }
 
 impl RunReport {
-    /// What decides the run's exit code.
-    pub fn outcome(&self) -> Outcome {
-        Outcome {
-            fatal: self.fatal.clone(),
-            source_errors: self.source_errors.clone(),
-            balanced: self.frames.balanced(),
-            accounting: self.accounting_line(),
-            interrupted_by_signal: self.interrupted_by_signal,
-            failed_inputs: self.inputs.as_ref().map_or(0, |i| i.failed.len()),
-        }
-    }
-
     pub fn new(
         pipeline: String,
         stats: &[Arc<NodeStats>],

@@ -24,18 +24,20 @@ pub fn stream_file_name(stream: &str) -> String {
 
 use crate::frame::Frame;
 
-/// Check a `{stream}` path template (the placeholder only in the file name;
-/// `example` is shown in the help) and create its folder now, so a bad path
-/// fails before the run.
-pub fn prepare_stream_template(
+/// The file of `stream` for a `{stream}` path template.
+pub fn stream_path(template: &std::path::Path, stream: &str) -> std::path::PathBuf {
+    let name = template.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    template.with_file_name(name.replace("{stream}", &stream_file_name(stream)))
+}
+
+/// Create the folder of a `{stream}` path template now, so an unwritable one
+/// fails before the run (the graph check has made sure `{stream}` is only in
+/// the file name).
+pub fn make_stream_folder(
     cfg: &crate::config::PipelineConfig,
     value: &toml::Spanned<String>,
     path: &std::path::Path,
-    example: &str,
 ) -> Result<(), crate::config::Diagnostic> {
-    if path.file_name().is_none_or(|n| !n.to_string_lossy().contains("{stream}")) {
-        return Err(cfg.diag(value.span(), "`{stream}` may only appear in the file name").with_help(format!("e.g. path = \"{example}\"")));
-    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| cfg.diag(value.span(), format!("cannot create folder {}: {e}", dir.display())))?;
     }
@@ -59,7 +61,20 @@ impl Sink for NullSink {
 
 #[cfg(test)]
 mod tests {
-    use super::stream_file_name;
+    use std::path::Path;
+
+    use super::{stream_file_name, stream_path};
+
+    #[test]
+    fn per_stream_paths_stay_in_the_output_folder() {
+        let t = Path::new("/out/{stream}.ndjson");
+        assert_eq!(stream_path(t, "day 2/cam.mp4"), Path::new("/out/day_2_cam.mp4.ndjson"));
+        assert_eq!(stream_path(t, "../../etc/passwd"), Path::new("/out/_._.._etc_passwd.ndjson"));
+        assert_eq!(stream_path(Path::new("/out/run-{stream}-a.ndjson"), "cam"), Path::new("/out/run-cam-a.ndjson"));
+        for s in ["..", "../x", "/abs", "a/../../b", ".hidden"] {
+            assert_eq!(stream_path(t, s).parent(), Some(Path::new("/out")), "{s}");
+        }
+    }
 
     #[test]
     fn stream_file_names_stay_in_their_folder() {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::stream_path;
 use crate::config::{Diagnostic, NdjsonSinkConfig, PipelineConfig};
 use crate::frame::{Event, Frame};
 use crate::stages::{Sink, StageError};
@@ -55,7 +56,7 @@ impl NdjsonSink {
         let out = if path.as_os_str() == "-" {
             Out::Stdout(std::io::stdout())
         } else if per_stream {
-            super::prepare_stream_template(cfg, &c.path, &path, "out/{stream}.ndjson")?;
+            super::make_stream_folder(cfg, &c.path, &path)?;
             Out::PerStream { open: HashMap::new(), opened: HashSet::new() }
         } else {
             let f = open_file(&path, c.append)
@@ -64,12 +65,6 @@ impl NdjsonSink {
         };
         Ok(NdjsonSink { out, path, append: c.append, line: Vec::with_capacity(4096), lines: 0 })
     }
-}
-
-/// The file of `stream` for a `{stream}` path template.
-pub fn stream_path(template: &Path, stream: &str) -> PathBuf {
-    let name = template.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    template.with_file_name(name.replace("{stream}", &super::stream_file_name(stream)))
 }
 
 /// Open the file of `stream`: truncated the first time in this run (a file
@@ -188,21 +183,5 @@ impl Sink for NdjsonSink {
         .map_err(|e| format!("closing {}: {e}", self.path.display()))?;
         tracing::debug!("{}: {} lines", self.path.display(), self.lines);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn per_stream_paths_stay_in_the_output_folder() {
-        let t = Path::new("/out/{stream}.ndjson");
-        assert_eq!(stream_path(t, "day 2/cam.mp4"), Path::new("/out/day_2_cam.mp4.ndjson"));
-        assert_eq!(stream_path(t, "../../etc/passwd"), Path::new("/out/_._.._etc_passwd.ndjson"));
-        assert_eq!(stream_path(Path::new("/out/run-{stream}-a.ndjson"), "cam"), Path::new("/out/run-cam-a.ndjson"));
-        for s in ["..", "../x", "/abs", "a/../../b", ".hidden"] {
-            assert_eq!(stream_path(t, s).parent(), Some(Path::new("/out")), "{s}");
-        }
     }
 }

@@ -67,7 +67,7 @@ impl Subtitles {
             c.format.unwrap_or(if path.extension().is_some_and(|e| e == "vtt") { SubtitleFormat::Vtt } else { SubtitleFormat::Srt });
         let per_stream = c.path.get_ref().contains("{stream}");
         let single = if per_stream {
-            super::prepare_stream_template(cfg, &c.path, &path, "out/{stream}.srt")?;
+            super::make_stream_folder(cfg, &c.path, &path)?;
             None
         } else {
             Some(
@@ -104,7 +104,7 @@ impl Subtitles {
             return Ok(out);
         }
         if !self.open.contains_key(stream) {
-            let out = Out::create(super::ndjson::stream_path(&self.template, stream), self.format)?;
+            let out = Out::create(super::stream_path(&self.template, stream), self.format)?;
             self.open.insert(stream.clone(), out);
         }
         Ok(self.open.get_mut(stream).expect("inserted above"))
@@ -207,19 +207,24 @@ impl Sink for Subtitles {
 mod tests {
     use super::*;
 
-    /// `{stream}` may only name files (an error at the path, nothing created);
-    /// in the file name, the folder is made before the run.
+    /// `{stream}` may only name files (an error at the path from the graph
+    /// check, nothing created); in the file name, the folder is made before the run.
     #[test]
     fn stream_placeholder_only_in_the_file_name() {
         let dir = tempfile::tempdir().unwrap();
         let build = |path: String| {
             let toml = format!("[sources.a]\nkind = \"testsrc\"\n[sinks.s]\nkind = \"subtitles\"\ninputs = [\"a\"]\npath = \"{path}\"\n");
             let cfg = crate::config::parse(std::path::Path::new("p.toml"), toml).unwrap();
+            // (The testsrc feeding it is the wrong type: only the path's error matters here.)
+            if let Some(e) = crate::graph::check(&cfg).err().and_then(|d| d.0.iter().map(|d| d.headline()).find(|h| h.contains("{stream}")))
+            {
+                return Err(e);
+            }
             let crate::config::NodeKind::Subtitles(c) = &cfg.nodes[1].kind else { panic!("a subtitles sink") };
-            Subtitles::build(&cfg, c).map(|s| s.single.is_none())
+            Subtitles::build(&cfg, c).map(|s| s.single.is_none()).map_err(|d| d.headline())
         };
         let e = build(format!("{}/{{stream}}/cues.srt", dir.path().display())).expect_err("a folder named by the stream");
-        assert_eq!(e.headline(), "p.toml:6:8: `{stream}` may only appear in the file name");
+        assert!(e.starts_with("p.toml:6:8: sink `s`: `{stream}` may only appear in the file name, not in a folder"), "{e}");
         assert!(!dir.path().join("{stream}").exists());
         assert!(build(format!("{}/sub/{{stream}}.srt", dir.path().display())).unwrap());
         assert!(dir.path().join("sub").is_dir());

@@ -134,11 +134,7 @@ impl Source for AudioSource {
     }
 
     fn describe(&self) -> String {
-        let shown = if self.path.as_os_str() == "-" {
-            "stdin".into()
-        } else {
-            crate::config::mask_credentials(&self.path.to_string_lossy()).into_owned()
-        };
+        let shown = crate::backend::ffmpeg::shown_name(&self.path);
         format!("{} ({}; windows of {} samples every {})", shown, self.decoder.describe, self.window, self.hop)
     }
 

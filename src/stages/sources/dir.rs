@@ -429,8 +429,8 @@ impl Decode<'_> {
             }
         };
         let _ = tx.send(Msg::Opened { file, time_base: dec.info.time_base });
-        if let Some(r) = dec.info.turn() {
-            tracing::warn!("{}: the container says to {r} for display; frames are processed as stored, not turned", e.path.display());
+        if let Some(note) = dec.info.turn_note() {
+            tracing::warn!("{}: {note}", e.path.display());
         }
         let (mut n, mut bad) = (0u64, 0u64);
         // As the `file` source counts: frames skipped (rejected, damaged, or

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{FfmpegError, InputOptions, StreamInfo, VideoDecoder, copy_to_image};
-use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url, mask_credentials};
+use crate::backend::ffmpeg::{FfmpegError, InputOptions, StreamInfo, VideoDecoder, copy_to_image, shown_name};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
 use crate::frame::Pool;
 use crate::runtime::{Shutdown, SourceCtx};
 use crate::stages::Source;
@@ -127,7 +127,7 @@ impl FileSource {
         let (decoder, decode) = match opened {
             Ok(d) => d,
             // Stopped while the input was being opened: not an error, the run stops.
-            Err(e) if e.is_stop() => return Ok(Built::StoppedAtOpen(StoppedAtOpen::new(display_name(&path)))),
+            Err(e) if e.is_stop() => return Ok(Built::StoppedAtOpen(StoppedAtOpen::new(shown_name(&path)))),
             Err(OpenError::Nvdec(e)) => {
                 let span = c.hwaccel.as_ref().map(|h| h.span()).unwrap_or(c.uri.span());
                 return Err(cfg
@@ -153,8 +153,8 @@ impl FileSource {
             Decode::Nvdec(gpu, ..) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
             _ => {}
         }
-        if let Some(r) = decoder.info.turn() {
-            tracing::warn!("source `{}`: the container says to {r} for display; frames are processed as stored, not turned", node.name);
+        if let Some(note) = decoder.info.turn_note() {
+            tracing::warn!("source `{}`: {note}", node.name);
         }
         let uri = c.uri.get_ref();
         let live = c.realtime
@@ -196,15 +196,10 @@ pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<Input
     Ok(InputOptions { format, options, ..Default::default() })
 }
 
-/// An input as messages name it: its path (password masked), or `stdin`.
-fn display_name(path: &std::path::Path) -> String {
-    if path.as_os_str() == "-" { "stdin".into() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
-}
-
 impl FileSource {
     /// The input as messages name it: its path (password masked), or `stdin`.
     fn display_name(&self) -> String {
-        display_name(&self.path)
+        shown_name(&self.path)
     }
 }
 
