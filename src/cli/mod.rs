@@ -62,7 +62,7 @@ impl std::io::Write for LogWriter {
 /// When the process started (for "ready in" and time to first result).
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
-/// Exit codes (also in README).
+/// Exit codes (also in docs/cli.md).
 pub mod exit {
     pub const OK: u8 = 0;
     /// A stage or source failed at run time.

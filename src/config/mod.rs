@@ -521,19 +521,21 @@ fn toml_diag(path: &Path, src: &str, e: &toml::de::Error, extra_known: Option<&[
         let candidates = expected.iter().copied().chain(extra_known.unwrap_or(&[]).iter().copied());
         d = match diag::closest(field, candidates) {
             Some(c) => d.with_help(format!("did you mean `{c}`?")),
-            None => d.with_help("remove it, or check the key names in README's TOML reference"),
+            None => d.with_help("remove it, or check the key names in docs/reference.md"),
         };
     } else if message.starts_with("invalid type") {
-        d = d.with_help("check the value's type in README's TOML reference");
+        d = d.with_help("check the value's type in docs/reference.md");
     } else if message.starts_with("missing field") {
         d = d.with_help("add the field to this table");
     } else if message.starts_with("invalid value") || message.starts_with("invalid length") {
-        d = d.with_help("check the allowed values in README's TOML reference");
+        d = d.with_help("check the allowed values in docs/reference.md");
     } else if message.starts_with("unknown variant") {
         d = d.with_help("use one of the listed values");
     }
     d
 }
 
+#[cfg(test)]
+mod reference_tests;
 #[cfg(test)]
 mod tests;
