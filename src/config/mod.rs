@@ -143,6 +143,8 @@ pub struct NodeConfig {
     pub kind_span: Range<usize>,
     pub inputs: Vec<Spanned<String>>,
     pub queue: Option<QueueConfig>,
+    /// Where the queue's capacity is written (its `capacity` key, else `queue`): checks on it point here.
+    pub queue_span: Range<usize>,
     pub on_error: OnError,
     on_error_set: Option<OnError>,
     /// Sources: start again after an error (or always), waiting
@@ -387,6 +389,14 @@ fn parse_node(
                 .with_help(format!("write `[{}.{node_name}]` with `kind = \"...\"` under it", role.section())),
         ]);
     };
+    let queue_span = table
+        .iter()
+        .find(|(k, _)| k.get_ref() == "queue")
+        .map(|(k, v)| match v.get_ref() {
+            DeValue::Table(q) => q.iter().find(|(k, _)| k.get_ref() == "capacity").map_or(k.span(), |(k, _)| k.span()),
+            _ => k.span(),
+        })
+        .unwrap_or(name.span());
     let mut common = toml::map::Map::new();
     let mut rest = toml::map::Map::new();
     for (k, v) in table.iter() {
@@ -458,6 +468,7 @@ fn parse_node(
         kind_span: common.kind.span(),
         inputs,
         queue: common.queue,
+        queue_span,
         on_error: OnError::Skip,
         on_error_set: common.on_error,
         restart: common.restart,

@@ -432,7 +432,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         {
             diags.push(
                 cfg.diag(
-                    node.name_span.clone(),
+                    node.queue_span.clone(),
                     format!("{} `{}`: queue capacity {} is over {MAX_QUEUE}", node.role.noun(), node.name, q.capacity),
                 )
                 .with_help("a queue holds whole frames; a few (the default is 8) absorb jitter, more only add latency and memory"),
