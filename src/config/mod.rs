@@ -305,7 +305,11 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
 
     let (root, syntax) = DeTable::parse_recoverable(&source);
     for e in syntax {
-        diags.push(toml_diag(path, &source, &e, None));
+        let mut d = toml_diag(path, &source, &e, None);
+        if e.span().is_some_and(|span| unquoted_env_reference(&source, span.start)) {
+            d = d.with_help("environment references work inside quoted strings: write \"${VAR}\"");
+        }
+        diags.push(d);
     }
     if !diags.is_empty() {
         return (None, diags);
@@ -516,6 +520,19 @@ fn deserialize_all_errors<'i, T>(
         }
     }
     None
+}
+
+/// Whether a syntax error at byte `at` is about a `${VAR}` written without quotes:
+/// the error sits on it, or the value of the key on that line starts with it.
+fn unquoted_env_reference(src: &str, at: usize) -> bool {
+    let at = at.min(src.len());
+    if !src.is_char_boundary(at) {
+        return false;
+    }
+    let line_start = src[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = src[at..].find('\n').map_or(src.len(), |i| at + i);
+    let value = src[line_start..line_end].split_once('=').map(|(_, v)| v.trim_start());
+    src[at..].starts_with("${") || value.is_some_and(|v| v.starts_with("${") || v.starts_with("[${"))
 }
 
 fn quote_list(items: &[&str]) -> String {
