@@ -1,4 +1,5 @@
-//! `validate` on pipeline files, with the real binary: errors located exactly, with a hint.
+//! `validate` on pipeline files, with the real binary: errors located exactly,
+//! with a hint; and warnings about pipelines that work, but not as meant.
 
 mod util;
 
@@ -17,6 +18,49 @@ fn pipeline(text: &str) -> (tempfile::TempDir, PathBuf) {
 
 fn infer_stream(args: &[&str], file: &Path) -> Output {
     bin().args(args).arg(file).output().expect("run infer-stream")
+}
+
+fn model() -> String {
+    root().join("models/ppocr/ch_PP-OCRv4_det_infer.onnx").display().to_string()
+}
+
+/// Batching on the CPU and a stage whose results reach no sink are warnings
+/// (located) in `validate` and in the run's log; neither stops anything.
+#[test]
+fn cpu_batching_and_stages_feeding_no_sink_are_warned_about() {
+    require_assets();
+    let text = format!(
+        "[sources.cam]\nkind = \"testsrc\"\nwidth = 320\nheight = 192\nframes = 4\n\
+         [stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 320\nheight = 192\n\
+         [stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"{}\"\nbatch = {{ max = 2, timeout_ms = 5 }}\n\
+         [stages.boxes]\nkind = \"text_detection\"\ninputs = [\"det\"]\n\
+         [stages.spare]\nkind = \"text_detection\"\ninputs = [\"det\"]\n\
+         [sinks.out]\nkind = \"null\"\ninputs = [\"boxes\"]\n",
+        model()
+    );
+    let (_dir, p) = pipeline(&text);
+    let batching = "stage `det` batches up to 2 frames on the CPU: batching helps on GPU providers";
+    let spare = "stage `spare` feeds no sink: its results are computed and discarded";
+    let v = infer_stream(&["validate"], &p);
+    let e = stderr(&v);
+    assert_eq!(v.status.code(), Some(0), "{e}");
+    assert!(e.contains(&format!("warning: {batching}")) && e.contains(&format!("--> {}:15:9\n", p.display())), "{e}");
+    assert!(e.contains(&format!("warning: {spare}\n  --> {}:19:9\n", p.display())), "{e}");
+    assert!(e.contains(": ok (6 nodes, 2 warnings)"), "{e}");
+    let r = infer_stream(&["run", "--progress", "never"], &p);
+    let e = stderr(&r);
+    assert_eq!(r.status.code(), Some(0), "{e}");
+    assert!(e.contains(&format!("{}:15:9: {batching}", p.display())), "{e}");
+    assert!(e.contains(&format!("{}:19:9: {spare}", p.display())), "{e}");
+    // Batching behind a GPU provider, and every stage feeding a sink: no warning.
+    let quiet = text
+        .replace("batch = {", "providers = [\"cuda\", \"cpu\"]\nbatch = {")
+        .replace("inputs = [\"boxes\"]", "inputs = [\"boxes\", \"spare\"]");
+    let (_dir, p) = pipeline(&quiet);
+    let v = infer_stream(&["validate"], &p);
+    let e = stderr(&v);
+    assert_eq!(v.status.code(), Some(0), "{e}");
+    assert!(!e.contains("warning"), "{e}");
 }
 
 /// `${VAR}` written without quotes is a TOML error; its help says to quote it.

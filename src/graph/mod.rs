@@ -5,6 +5,10 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+mod warnings;
+
+pub use warnings::warnings;
+
 use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url, mask_credentials};
 use crate::stages::ModelIo;
 
@@ -462,12 +466,13 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                 }
             }
             NodeKind::Infer(c) => {
-                if let Some(b) = &c.batch
+                if let Some(spanned) = &c.batch
+                    && let b = spanned.get_ref()
                     && (b.max.get() > MAX_BATCH || b.timeout_ms > MAX_BATCH_WAIT_MS)
                 {
                     diags.push(
                         cfg.diag(
-                            c.model.span(),
+                            spanned.span(),
                             format!(
                                 "infer `{}`: batch max {} / timeout_ms {} out of range (max 1–{MAX_BATCH}, timeout_ms 0–{MAX_BATCH_WAIT_MS})",
                                 node.name, b.max, b.timeout_ms
