@@ -369,14 +369,18 @@ fn print_diags(d: &Diagnostics) -> u8 {
     exit::CONFIG
 }
 
-/// Before a run or a bench: say the file's warnings in the log.
-fn say_warnings(cfg: &PipelineConfig, graph: &Graph) {
+/// Before a run or a bench: say the file's warnings in the log, then check
+/// what this machine must have (a GPU asked for, writable outputs, GStreamer
+/// elements), so a run that cannot work fails before models load. `Err`: the exit code.
+fn check_before_run(cfg: &PipelineConfig, graph: &Graph, outputs: bool) -> Result<(), u8> {
     for w in graph::warnings(cfg, graph) {
         match &w.help {
             Some(h) => tracing::warn!("{} ({h})", w.headline()),
             None => tracing::warn!("{}", w.headline()),
         }
     }
+    let d = graph::check_machine(cfg, outputs);
+    if d.is_empty() { Ok(()) } else { Err(print_diags(&d)) }
 }
 
 fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, quiet: bool) -> Result<u8> {
@@ -395,6 +399,7 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, qu
                 eprintln!("{w}");
             }
         }
+        all.0.append(&mut graph::check_machine(&cfg, true).0);
         if !no_models {
             let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };
             let mut models = stages::ModelIo::new();
@@ -578,7 +583,9 @@ fn run(
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
-    say_warnings(&cfg, &graph);
+    if let Err(code) = check_before_run(&cfg, &graph, true) {
+        return Ok(code);
+    }
     let metrics = Metrics::new();
     let server = match start_metrics(&cfg, metrics_addr, &metrics) {
         Ok(s) => s,
@@ -684,7 +691,9 @@ fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&Path>, trace
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
-    say_warnings(&cfg, &graph);
+    if let Err(code) = check_before_run(&cfg, &graph, !opts.build.null_sinks) {
+        return Ok(code);
+    }
     // Check models against their inputs before measuring anything.
     match stages::build(&cfg, &graph, &opts.build) {
         Ok((_, models)) => {

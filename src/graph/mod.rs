@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+mod machine;
 mod warnings;
 
+pub use machine::check_machine;
 pub use warnings::warnings;
 
 use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url, mask_credentials};
