@@ -15,7 +15,7 @@ fn root() -> PathBuf {
 }
 
 /// Load, check and render `text` as if it were the file `path`; assert every
-/// error points inside the text. Returns the number of errors.
+/// error and warning points inside the text. Returns the number of errors.
 fn check_one(path: &Path, text: &str) -> usize {
     let (cfg, mut diags) = config::parse_lenient(path, text.to_string());
     if let Some(cfg) = &cfg {
@@ -23,8 +23,10 @@ fn check_one(path: &Path, text: &str) -> usize {
         let _ = graph::to_dot(cfg);
         let _ = graph::to_mermaid(cfg);
         let _ = cfg.name();
-        if let Err(mut g) = graph::check(cfg) {
-            diags.0.append(&mut g.0);
+        match graph::check(cfg) {
+            // Warnings are located like errors.
+            Ok(g) => diags.0.extend(graph::warnings(cfg, &g)),
+            Err(mut g) => diags.0.append(&mut g.0),
         }
     }
     let lines = text.split('\n').count();
@@ -43,7 +45,7 @@ fn check_one(path: &Path, text: &str) -> usize {
         let shown = d.to_string();
         assert!(shown.contains(&format!("--> {}:{}:{}", path.display(), d.line, d.column)), "{shown}");
     }
-    diags.len()
+    diags.0.iter().filter(|d| !d.warning).count()
 }
 
 /// The bundled pipelines and test fixtures: the seeds for mutation.

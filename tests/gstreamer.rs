@@ -71,13 +71,13 @@ fn gstreamer_launch_line_and_its_errors() {
     let lines = read_ndjson(&dir.path().join("pattern.ndjson"));
     assert_eq!(lines.len(), 12);
     assert_eq!((lines[0]["width"].as_u64(), lines[0]["height"].as_u64()), (Some(320), Some(240)));
-    // An element GStreamer does not have: exit 2, located at `launch`.
+    // An element GStreamer does not have: exit 2, located at its name in `launch`.
     let p = pipeline(dir.path(), "bad", "kind = \"file\"\nuri = \"x\"\nbackend = \"gstreamer\"\nlaunch = \"nosuchelement ! fakesink\"");
     let o = bin().arg("run").arg(&p).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("error: source `cam`: GStreamer: GStreamer cannot build") && err.contains("nosuchelement"), "{err}");
-    assert!(err.contains("bad.toml:5:10"), "{err}");
+    assert!(err.contains("error: source `cam`: GStreamer has no element `nosuchelement`"), "{err}");
+    assert!(err.contains("bad.toml:5:11"), "{err}");
     // A file that is not media: exit 2, named.
     let p = pipeline(
         dir.path(),

@@ -43,6 +43,32 @@ pub fn launch_line(uri: &str, fragment: Option<&str>) -> String {
     if decode.contains("appsink") { decode } else { format!("{decode} ! videoconvert ! {CAPS} ! appsink name=sink sync=false") }
 }
 
+/// Why a launch line cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineError {
+    /// Elements it names that are not installed.
+    Missing(Vec<String>),
+    /// Any other error (syntax, a bad property, GStreamer itself).
+    Invalid(String),
+}
+
+/// Parse `line` into a pipeline without starting it (nothing is opened):
+/// the elements it names exist and its syntax holds.
+pub fn check_line(line: &str) -> Result<(), LineError> {
+    gst::init().map_err(|e| LineError::Invalid(e.to_string()))?;
+    let mut ctx = gst::ParseContext::new();
+    match gst::parse::launch_full(line, Some(&mut ctx), gst::ParseFlags::FATAL_ERRORS) {
+        Ok(el) => {
+            let _ = el.set_state(gst::State::Null);
+            Ok(())
+        }
+        Err(e) => {
+            let missing = ctx.missing_elements();
+            Err(if missing.is_empty() { LineError::Invalid(e.to_string()) } else { LineError::Missing(missing) })
+        }
+    }
+}
+
 /// What [`GstDecoder::next`] gives: `None` at the end of the stream,
 /// `Some(None)` when nothing came in time, else a frame and its pts (ns).
 pub type Pulled = Option<Option<(Image, Option<i64>)>>;

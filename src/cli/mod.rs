@@ -248,7 +248,7 @@ pub fn main() -> ExitCode {
         Cmd::Run { pipeline, ort_library, progress, report, trace, metrics_addr } => {
             run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), metrics_addr, quiet)
         }
-        Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library),
+        Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library, quiet),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
         Cmd::Inspect { model, json, ort_library } => inspect(&model, json, ort_library.as_deref()),
         Cmd::Doctor { json, ort_library, gpu_check, soak_frames } => {
@@ -369,7 +369,21 @@ fn print_diags(d: &Diagnostics) -> u8 {
     exit::CONFIG
 }
 
-fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) -> Result<u8> {
+/// Before a run or a bench: say the file's warnings in the log, then check
+/// what this machine must have (a GPU asked for, writable outputs, GStreamer
+/// elements), so a run that cannot work fails before models load. `Err`: the exit code.
+fn check_before_run(cfg: &PipelineConfig, graph: &Graph, outputs: bool) -> Result<(), u8> {
+    for w in graph::warnings(cfg, graph) {
+        match &w.help {
+            Some(h) => tracing::warn!("{} ({h})", w.headline()),
+            None => tracing::warn!("{}", w.headline()),
+        }
+    }
+    let d = graph::check_machine(cfg, outputs);
+    if d.is_empty() { Ok(()) } else { Err(print_diags(&d)) }
+}
+
+fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, quiet: bool) -> Result<u8> {
     let mut all = Diagnostics::default();
     for path in paths {
         let (cfg, graph) = match load_checked(path) {
@@ -379,6 +393,13 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
                 continue;
             }
         };
+        let warnings = graph::warnings(&cfg, &graph);
+        if !quiet {
+            for w in &warnings {
+                eprintln!("{w}");
+            }
+        }
+        all.0.append(&mut graph::check_machine(&cfg, true).0);
         if !no_models {
             let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };
             let mut models = stages::ModelIo::new();
@@ -404,7 +425,9 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>) ->
             all.0.append(&mut graph::check_models(&cfg, &graph, &models).0);
         }
         if all.0.iter().all(|d| d.file != *path) {
-            eprintln!("{}: ok ({} nodes)", path.display(), cfg.nodes.len());
+            let n = warnings.len();
+            let said = if n == 0 { String::new() } else { format!(", {n} warning{}", if n == 1 { "" } else { "s" }) };
+            eprintln!("{}: ok ({} nodes{said})", path.display(), cfg.nodes.len());
         }
     }
     if all.is_empty() { Ok(exit::OK) } else { Ok(print_diags(&all)) }
@@ -560,6 +583,9 @@ fn run(
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
+    if let Err(code) = check_before_run(&cfg, &graph, true) {
+        return Ok(code);
+    }
     let metrics = Metrics::new();
     let server = match start_metrics(&cfg, metrics_addr, &metrics) {
         Ok(s) => s,
@@ -665,6 +691,9 @@ fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&Path>, trace
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
     };
+    if let Err(code) = check_before_run(&cfg, &graph, !opts.build.null_sinks) {
+        return Ok(code);
+    }
     // Check models against their inputs before measuring anything.
     match stages::build(&cfg, &graph, &opts.build) {
         Ok((_, models)) => {

@@ -16,8 +16,10 @@ pub struct Diagnostic {
     pub column: usize,
     pub message: String,
     pub help: Option<String>,
-    /// The source line and the length of the marked span on it.
-    snippet: Option<(String, usize)>,
+    /// A warning: the file is valid, but probably not what was meant.
+    pub warning: bool,
+    /// The source line and the length of the marked span on it (boxed: errors travel in `Result`s).
+    snippet: Option<Box<(String, usize)>>,
 }
 
 impl Diagnostic {
@@ -31,16 +33,30 @@ impl Diagnostic {
         let text = src[line_start..line_end].trim_end_matches('\r').to_string();
         let end = span.end.clamp(start, line_end);
         let len = src[start..end].chars().count().max(1);
-        Diagnostic { file: file.to_path_buf(), line, column, message: message.into(), help: None, snippet: Some((text, len)) }
+        Diagnostic {
+            file: file.to_path_buf(),
+            line,
+            column,
+            message: message.into(),
+            help: None,
+            warning: false,
+            snippet: Some(Box::new((text, len))),
+        }
     }
 
     /// An error about the file as a whole (line 1, column 1).
     pub fn whole_file(file: &Path, message: impl Into<String>) -> Self {
-        Diagnostic { file: file.to_path_buf(), line: 1, column: 1, message: message.into(), help: None, snippet: None }
+        Diagnostic { file: file.to_path_buf(), line: 1, column: 1, message: message.into(), help: None, warning: false, snippet: None }
     }
 
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
+        self
+    }
+
+    /// The same, as a warning rather than an error.
+    pub fn into_warning(mut self) -> Self {
+        self.warning = true;
         self
     }
 
@@ -53,9 +69,9 @@ impl Diagnostic {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // A password written in the file (or in a message quoting a URL) is never shown.
-        writeln!(f, "error: {}", mask_credentials(&self.message))?;
+        writeln!(f, "{}: {}", if self.warning { "warning" } else { "error" }, mask_credentials(&self.message))?;
         writeln!(f, "  --> {}:{}:{}", self.file.display(), self.line, self.column)?;
-        if let Some((text, len)) = &self.snippet {
+        if let Some((text, len)) = self.snippet.as_deref() {
             let num = self.line.to_string();
             let pad = " ".repeat(num.len());
             let shown = mask_credentials(text);

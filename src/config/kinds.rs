@@ -744,7 +744,7 @@ pub struct InferConfig {
     #[serde(default = "yes")]
     pub warmup: bool,
     /// Group frames (from one or several streams) into one model run.
-    pub batch: Option<BatchConfig>,
+    pub batch: Option<Spanned<BatchConfig>>,
     /// Bind the model's input and outputs once per input shape (ONNX Runtime
     /// IoBinding): `auto` (on a CUDA or TensorRT provider), `on`, `off`.
     #[serde(default)]

@@ -143,6 +143,8 @@ pub struct NodeConfig {
     pub kind_span: Range<usize>,
     pub inputs: Vec<Spanned<String>>,
     pub queue: Option<QueueConfig>,
+    /// Where the queue's capacity is written (its `capacity` key, else `queue`): checks on it point here.
+    pub queue_span: Range<usize>,
     pub on_error: OnError,
     on_error_set: Option<OnError>,
     /// Sources: start again after an error (or always), waiting
@@ -303,7 +305,11 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
 
     let (root, syntax) = DeTable::parse_recoverable(&source);
     for e in syntax {
-        diags.push(toml_diag(path, &source, &e, None));
+        let mut d = toml_diag(path, &source, &e, None);
+        if e.span().is_some_and(|span| unquoted_env_reference(&source, span.start)) {
+            d = d.with_help("environment references work inside quoted strings: write \"${VAR}\"");
+        }
+        diags.push(d);
     }
     if !diags.is_empty() {
         return (None, diags);
@@ -387,6 +393,14 @@ fn parse_node(
                 .with_help(format!("write `[{}.{node_name}]` with `kind = \"...\"` under it", role.section())),
         ]);
     };
+    let queue_span = table
+        .iter()
+        .find(|(k, _)| k.get_ref() == "queue")
+        .map(|(k, v)| match v.get_ref() {
+            DeValue::Table(q) => q.iter().find(|(k, _)| k.get_ref() == "capacity").map_or(k.span(), |(k, _)| k.span()),
+            _ => k.span(),
+        })
+        .unwrap_or(name.span());
     let mut common = toml::map::Map::new();
     let mut rest = toml::map::Map::new();
     for (k, v) in table.iter() {
@@ -458,6 +472,7 @@ fn parse_node(
         kind_span: common.kind.span(),
         inputs,
         queue: common.queue,
+        queue_span,
         on_error: OnError::Skip,
         on_error_set: common.on_error,
         restart: common.restart,
@@ -505,6 +520,19 @@ fn deserialize_all_errors<'i, T>(
         }
     }
     None
+}
+
+/// Whether a syntax error at byte `at` is about a `${VAR}` written without quotes:
+/// the error sits on it, or the value of the key on that line starts with it.
+fn unquoted_env_reference(src: &str, at: usize) -> bool {
+    let at = at.min(src.len());
+    if !src.is_char_boundary(at) {
+        return false;
+    }
+    let line_start = src[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = src[at..].find('\n').map_or(src.len(), |i| at + i);
+    let value = src[line_start..line_end].split_once('=').map(|(_, v)| v.trim_start());
+    src[at..].starts_with("${") || value.is_some_and(|v| v.starts_with("${") || v.starts_with("[${"))
 }
 
 fn quote_list(items: &[&str]) -> String {

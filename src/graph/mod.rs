@@ -5,6 +5,12 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+mod machine;
+mod warnings;
+
+pub use machine::check_machine;
+pub use warnings::warnings;
+
 use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url, mask_credentials};
 use crate::stages::ModelIo;
 
@@ -432,7 +438,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         {
             diags.push(
                 cfg.diag(
-                    node.name_span.clone(),
+                    node.queue_span.clone(),
                     format!("{} `{}`: queue capacity {} is over {MAX_QUEUE}", node.role.noun(), node.name, q.capacity),
                 )
                 .with_help("a queue holds whole frames; a few (the default is 8) absorb jitter, more only add latency and memory"),
@@ -462,12 +468,13 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                 }
             }
             NodeKind::Infer(c) => {
-                if let Some(b) = &c.batch
+                if let Some(spanned) = &c.batch
+                    && let b = spanned.get_ref()
                     && (b.max.get() > MAX_BATCH || b.timeout_ms > MAX_BATCH_WAIT_MS)
                 {
                     diags.push(
                         cfg.diag(
-                            c.model.span(),
+                            spanned.span(),
                             format!(
                                 "infer `{}`: batch max {} / timeout_ms {} out of range (max 1–{MAX_BATCH}, timeout_ms 0–{MAX_BATCH_WAIT_MS})",
                                 node.name, b.max, b.timeout_ms

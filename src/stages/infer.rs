@@ -109,7 +109,7 @@ impl Infer {
         for (p, why) in &m.fallbacks {
             tracing::warn!("stage `{name}`: execution provider `{p}` is not available ({why}); falling back to `{}`", m.provider);
         }
-        let batch = match c.batch {
+        let batch = match c.batch.as_ref().map(|b| *b.get_ref()) {
             Some(b) if b.max.get() > 1 => {
                 let dim0 = m.inputs.iter().find(|i| i.name == input).and_then(|i| i.dims.first().copied());
                 if dim0.is_some_and(|d| d >= 0) {
