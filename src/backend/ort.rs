@@ -34,6 +34,27 @@ pub struct OrtRuntime {
     pub build_info: String,
 }
 
+/// ONNX Runtime's own switch for its telemetry (1DS on Linux): read when the
+/// library initialises, before any API call. `with_telemetry(false)` comes
+/// too late: by then the library has already written its record (a
+/// persistent device id, OS, CPU model, container flag, program name) to
+/// `~/.cache/Microsoft/DeveloperTools/.onnxruntime/onnxruntime.db`.
+pub const TELEMETRY_SWITCH: &str = "ORT_DISABLE_TELEMETRY";
+
+/// Keep ONNX Runtime's telemetry off unless the user set
+/// [`TELEMETRY_SWITCH`] themselves (`ORT_DISABLE_TELEMETRY=0` opts in).
+/// Call it before any other thread starts and before [`runtime`]: the
+/// command line does so first thing.
+pub fn telemetry_off_unless_asked() {
+    if std::env::var_os(TELEMETRY_SWITCH).is_none() {
+        // SAFETY: the environment is changed only while this is the only
+        // thread of the process (the caller's contract, kept by the command
+        // line, which calls this before it starts any thread or loads any
+        // native library), so no other thread reads it at the same time.
+        unsafe { std::env::set_var(TELEMETRY_SWITCH, "1") };
+    }
+}
+
 static RUNTIME: OnceLock<OrtRuntime> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
 

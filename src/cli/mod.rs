@@ -233,6 +233,8 @@ fn init_logging(verbose: u8, quiet: bool) {
 }
 
 pub fn main() -> ExitCode {
+    // Before any thread starts, and before ONNX Runtime is loaded.
+    infer_stream::backend::ort::telemetry_off_unless_asked();
     let started = std::time::Instant::now();
     let _ = STARTED.set(started);
     let cli = match Cli::try_parse() {
