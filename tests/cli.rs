@@ -363,7 +363,7 @@ fn doctor_states_what_this_machine_has() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["ffmpeg"]["versions"].as_str().unwrap().starts_with("libavcodec "), "{v}");
     assert_eq!(v["onnxruntime"]["version"], "1.31.1", "the library scripts/fetch-models.sh installs");
-    assert_eq!(v["onnxruntime"]["origin"], "default");
+    assert_eq!(v["onnxruntime"]["origin"], "build tree", "nothing beside the test binary: the build tree's library");
     // The PyPI onnxruntime wheel is CPU-only: saying otherwise would be a silent lie.
     assert_eq!(v["onnxruntime"]["providers"], serde_json::json!(["cpu"]));
     assert!(v["inference"].as_str().unwrap().starts_with("cpu"), "{v}");
@@ -380,7 +380,7 @@ fn doctor_states_what_this_machine_has() {
         assert!(v["gstreamer"]["version"].as_str().unwrap().starts_with("GStreamer 1."), "{v}");
     }
     let o = bin().args(["doctor"]).env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so").output().unwrap();
-    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(1), "ONNX Runtime cannot load: the report says why, the exit code says so");
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(
         text.contains("ONNX Runtime  not loaded: cannot load ONNX Runtime from /nonexistent/libonnxruntime.so (ORT_DYLIB_PATH)"),
@@ -892,4 +892,68 @@ fn onnx_runtime_writes_no_telemetry() {
     assert_eq!(o.status.code(), Some(0), "run under ulimit -f 100: {:?}: {err}", o.status);
     assert!(!cache.exists(), "run left {}", cache.display());
     assert!(!read_ndjson(&out.path().join("fallback.ndjson")).is_empty());
+}
+
+/// A library named by `--ort-library` that is not there is a bad argument
+/// (exit 2, said before anything runs), for every command that takes one.
+#[test]
+fn a_missing_ort_library_argument_exits_2() {
+    require_assets();
+    let model = "models/ppocr/ch_PP-OCRv4_det_infer.onnx";
+    for args in [
+        vec!["inspect", model, "--ort-library", "/nope.so"],
+        vec!["doctor", "--ort-library", "/nope.so"],
+        vec!["run", "tests/data/fallback.toml", "--ort-library", "/nope.so"],
+    ] {
+        let o = bin().args(&args).env("INFER_STREAM_TEST_OUT", "/nonexistent").output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", args.join(" "));
+        assert!(err.contains("error: --ort-library /nope.so: no such file; give the path of libonnxruntime.so"), "{err}");
+    }
+    // A file that is there but is not a library: also the argument's fault.
+    let o = bin().args(["inspect", model, "--ort-library", "README.md"]).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("error: cannot load ONNX Runtime from README.md (--ort-library)"), "{err}");
+}
+
+/// A binary moved out of the build tree uses the library beside it (or in
+/// `../lib`), and doctor says which; ORT_DYLIB_PATH still wins over both.
+#[test]
+fn a_moved_binary_uses_the_library_beside_it() {
+    require_assets();
+    let lib = root().join(".deps/onnxruntime/libonnxruntime.so.1.31.1");
+    let place = |exe: &std::path::Path| {
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_infer-stream"), exe).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_infer-stream"), exe).unwrap();
+        }
+    };
+    let doctor = |exe: &std::path::Path, dylib: Option<&std::path::Path>| {
+        let mut c = std::process::Command::new(exe);
+        c.args(["doctor", "--json"]).env_remove("ORT_DYLIB_PATH");
+        if let Some(d) = dylib {
+            c.env("ORT_DYLIB_PATH", d);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["onnxruntime"]["library"].as_str().unwrap().to_string(), v["onnxruntime"]["origin"].as_str().unwrap().to_string())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // <dir>/infer-stream with <dir>/libonnxruntime.so
+    let exe = dir.path().join("infer-stream");
+    place(&exe);
+    let beside = dir.path().join("libonnxruntime.so");
+    std::os::unix::fs::symlink(&lib, &beside).unwrap();
+    assert_eq!(doctor(&exe, None), (beside.display().to_string(), "beside the binary".to_string()));
+    assert_eq!(doctor(&exe, Some(&lib)), (lib.display().to_string(), "ORT_DYLIB_PATH".to_string()));
+    // <dir>/bin/infer-stream with <dir>/lib/libonnxruntime.so
+    let exe = dir.path().join("bin/infer-stream");
+    place(&exe);
+    std::fs::create_dir_all(dir.path().join("lib")).unwrap();
+    std::os::unix::fs::symlink(&lib, dir.path().join("lib/libonnxruntime.so")).unwrap();
+    let (library, origin) = doctor(&exe, None);
+    assert_eq!(origin, "../lib beside the binary");
+    assert_eq!(std::fs::canonicalize(&library).unwrap(), std::fs::canonicalize(&lib).unwrap(), "{library}");
 }

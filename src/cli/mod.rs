@@ -266,6 +266,8 @@ pub fn main() -> ExitCode {
             }
             match gpu_check {
                 Some(video) => run_gpu_check(&video, soak_frames, json),
+                // Said in the report; the exit code lets scripts see it.
+                None if d.onnxruntime.error.is_some() => Ok(exit::RUNTIME),
                 None => Ok(exit::OK),
             }
         }
@@ -316,8 +318,26 @@ fn writable(flag: &str, path: &Path, extensions: &[&str]) -> Result<(), String> 
     Ok(())
 }
 
-/// Argument checks clap cannot make: output files, and bench's frame counts.
+/// `--ort-library` names an existing file (whether it loads is said when it is loaded).
+fn library_exists(path: Option<&Path>) -> Result<(), String> {
+    match path {
+        Some(p) if p.is_dir() => Err(format!("--ort-library {}: is a folder; give the path of libonnxruntime.so", p.display())),
+        Some(p) if !p.exists() => Err(format!("--ort-library {}: no such file; give the path of libonnxruntime.so", p.display())),
+        _ => Ok(()),
+    }
+}
+
+/// Argument checks clap cannot make: output files, the library, and bench's frame counts.
 fn check_arguments(cmd: &Cmd) -> Result<(), String> {
+    let library = match cmd {
+        Cmd::Run { ort_library, .. }
+        | Cmd::Validate { ort_library, .. }
+        | Cmd::Inspect { ort_library, .. }
+        | Cmd::Doctor { ort_library, .. }
+        | Cmd::Bench { ort_library, .. } => ort_library.as_deref(),
+        Cmd::Graph { .. } => None,
+    };
+    library_exists(library)?;
     match cmd {
         Cmd::Run { report, trace, .. } => {
             report.as_deref().map_or(Ok(()), |p| writable("--report", p, &[]))?;
@@ -422,7 +442,14 @@ fn inspect(model: &Path, json: bool, ort_library: Option<&Path>) -> Result<u8> {
         eprintln!("error: {}: {why}", model.display());
         return Ok(exit::CONFIG);
     }
-    let rt = infer_stream::backend::ort::runtime(ort_library.map(|p| (p, "--ort-library")))?;
+    let rt = match infer_stream::backend::ort::runtime(ort_library.map(|p| (p, "--ort-library"))) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            // A library named on the command line that does not load is a bad argument.
+            return Ok(if ort_library.is_some() { exit::CONFIG } else { exit::RUNTIME });
+        }
+    };
     let r = match infer_stream::backend::ort::model_report(rt, model) {
         Ok(r) => r,
         Err(e) => {
