@@ -139,7 +139,10 @@ fn bench_exits_like_run_when_inputs_fail() {
 #[test]
 fn isolate_names_the_isolated_stage_rate() {
     let out = tempfile::tempdir().unwrap();
-    let o = run_in(out.path(), &["-q", "bench", "pipelines/text-detection.toml", "--isolate", "--frames", "6", "--warmup", "1", "--null-sinks"]);
+    let o = run_in(
+        out.path(),
+        &["-q", "bench", "pipelines/text-detection.toml", "--isolate", "--frames", "6", "--warmup", "1", "--null-sinks"],
+    );
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!text.contains("bound"), "{text}");

@@ -721,7 +721,10 @@ fn realtime_paces_a_file_like_a_camera() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("paced in real time"), "{err}");
     // The paced source's busy counts its waiting for the pace, and the summary says so.
-    assert!(err.contains("busy: a source's counts reading its input, waiting for the network or the real-time pace included (cam "), "{err}");
+    assert!(
+        err.contains("busy: a source's counts reading its input, waiting for the network or the real-time pace included (cam "),
+        "{err}"
+    );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     // The last frame (pts 1.9 s) cannot go out before 1.9 s.
     assert!(r["wall_seconds"].as_f64().unwrap() >= 1.85, "{}", r["wall_seconds"]);

@@ -67,10 +67,9 @@ pub const BUILD_TREE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.deps/onnxrun
 /// each is said: beside the binary, in `../lib` beside it, then the build tree.
 pub fn default_library() -> (PathBuf, &'static str) {
     if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        for (p, origin) in [
-            (dir.join("libonnxruntime.so"), "beside the binary"),
-            (dir.join("../lib/libonnxruntime.so"), "../lib beside the binary"),
-        ] {
+        for (p, origin) in
+            [(dir.join("libonnxruntime.so"), "beside the binary"), (dir.join("../lib/libonnxruntime.so"), "../lib beside the binary")]
+        {
             if p.exists() {
                 return (p, origin);
             }
