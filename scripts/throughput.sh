@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Throughput against the machine bound, measured in one run on the 30 s 720p
-# evaluation clip: decode alone, preprocess alone, inference alone, the bound
-# 1/(1/decode + 1/preprocess + 1/infer), the whole pipeline, and the ratio.
+# Throughput against the isolated stage rate, measured in one run on the 30 s
+# 720p evaluation clip: decode alone, preprocess alone, inference alone, the
+# rate 1/(1/decode + 1/preprocess + 1/infer) they imply run one after another
+# (an estimate, not a limit), the whole pipeline, and the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

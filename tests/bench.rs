@@ -133,3 +133,25 @@ fn bench_exits_like_run_when_inputs_fail() {
     assert!(err.contains("error: 1 input(s) failed"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("frames: decoded 8 = processed 8"), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// `--isolate`'s figure is named for what it is: the stages measured alone,
+/// one after another, an estimate the pipeline can beat (not a bound).
+#[test]
+fn isolate_names_the_isolated_stage_rate() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(
+        out.path(),
+        &["-q", "bench", "pipelines/text-detection.toml", "--isolate", "--frames", "6", "--warmup", "1", "--null-sinks"],
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!text.contains("bound"), "{text}");
+    assert!(
+        text.contains("isolated stage rate 1/(1/decode + 1/preprocess + 1/infer) = ")
+            && text.contains(" fps (each stage alone, one after another: an estimate, not a limit)\n"),
+        "{text}"
+    );
+    let line = text.lines().find(|l| l.starts_with("efficiency: pipeline ")).unwrap_or_else(|| panic!("{text}"));
+    let e: f64 = line.split(" / isolated stage rate = ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert_eq!(line.ends_with("(above 1: the stages overlap on the cores)"), e > 1.0, "{line}");
+}

@@ -3,6 +3,7 @@
 
 pub mod ffmpeg;
 pub mod ort;
+pub mod process;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;

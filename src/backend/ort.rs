@@ -34,28 +34,59 @@ pub struct OrtRuntime {
     pub build_info: String,
 }
 
+/// ONNX Runtime's own switch for its telemetry (1DS on Linux): read when the
+/// library initialises, before any API call. `with_telemetry(false)` comes
+/// too late: by then the library has already written its record (a
+/// persistent device id, OS, CPU model, container flag, program name) to
+/// `~/.cache/Microsoft/DeveloperTools/.onnxruntime/onnxruntime.db`.
+pub const TELEMETRY_SWITCH: &str = "ORT_DISABLE_TELEMETRY";
+
+/// Keep ONNX Runtime's telemetry off unless the user set
+/// [`TELEMETRY_SWITCH`] themselves (`ORT_DISABLE_TELEMETRY=0` opts in).
+/// Call it before any other thread starts and before [`runtime`]: the
+/// command line does so first thing.
+pub fn telemetry_off_unless_asked() {
+    if std::env::var_os(TELEMETRY_SWITCH).is_none() {
+        // SAFETY: the environment is changed only while this is the only
+        // thread of the process (the caller's contract, kept by the command
+        // line, which calls this before it starts any thread or loads any
+        // native library), so no other thread reads it at the same time.
+        unsafe { std::env::set_var(TELEMETRY_SWITCH, "1") };
+    }
+}
+
 static RUNTIME: OnceLock<OrtRuntime> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
 
-/// Where to look for the library when nothing names one.
-pub fn default_library() -> PathBuf {
+/// The library of the build tree this binary was built in (put there by
+/// `scripts/fetch-models.sh`): the last place looked at, so `cargo run` and
+/// the tests work; a binary moved elsewhere uses the library beside it.
+pub const BUILD_TREE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.deps/onnxruntime/libonnxruntime.so");
+
+/// Where to look for the library when nothing names one, in order, with how
+/// each is said: beside the binary, in `../lib` beside it, then the build tree.
+pub fn default_library() -> (PathBuf, &'static str) {
     if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        let beside = dir.join("libonnxruntime.so");
-        if beside.exists() {
-            return beside;
+        for (p, origin) in
+            [(dir.join("libonnxruntime.so"), "beside the binary"), (dir.join("../lib/libonnxruntime.so"), "../lib beside the binary")]
+        {
+            if p.exists() {
+                return (p, origin);
+            }
         }
     }
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.deps/onnxruntime/libonnxruntime.so"))
+    (PathBuf::from(BUILD_TREE), "build tree")
 }
 
-/// Choose the library: explicit (CLI flag or TOML) > `ORT_DYLIB_PATH` > default.
+/// Choose the library: explicit (CLI flag or TOML) > `ORT_DYLIB_PATH` >
+/// beside the binary > `../lib` beside it > the build tree.
 pub fn choose_library(explicit: Option<(&Path, &'static str)>) -> (PathBuf, &'static str) {
     if let Some((p, origin)) = explicit {
         return (p.to_path_buf(), origin);
     }
     match std::env::var_os("ORT_DYLIB_PATH") {
         Some(p) if !p.is_empty() => (PathBuf::from(p), "ORT_DYLIB_PATH"),
-        _ => (default_library(), "default"),
+        _ => default_library(),
     }
 }
 
@@ -83,6 +114,12 @@ pub fn runtime(explicit: Option<(&Path, &'static str)>) -> Result<&'static OrtRu
         .with_telemetry(false)
         .build()
         .map_err(|e| lib_err(e.to_string()))?;
+    if origin == "build tree" {
+        tracing::info!(
+            "ONNX Runtime from the build tree, {} (none named by --ort-library, [pipeline] ort_library or ORT_DYLIB_PATH, none beside the binary)",
+            path.display()
+        );
+    }
     let build_info = ort::info().to_string();
     let _ = RUNTIME.set(OrtRuntime { env, library: path, origin, build_info });
     Ok(RUNTIME.get().expect("just set"))
@@ -755,7 +792,7 @@ mod tests {
     /// parts land in their slots, and the least recently used shape goes.
     #[test]
     fn bindings_are_made_once_per_shape_and_match_plain_runs() {
-        let lib = default_library();
+        let (lib, _) = default_library();
         if !lib.exists() {
             panic!("{} is missing: run scripts/setup.sh first", lib.display());
         }

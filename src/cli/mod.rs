@@ -71,7 +71,10 @@ pub mod exit {
     pub const CONFIG: u8 = 2;
     /// The run finished, but some inputs (files of a `dir` source) failed: each is named in the summary.
     pub const INPUTS_FAILED: u8 = 3;
-    /// Stopped by a signal after a clean drain: 128 + signal (130 SIGINT, 143 SIGTERM).
+    /// Stopped at once by a second signal (1 s or more after the first),
+    /// without draining: frames in flight are lost, no summary or report.
+    pub const ABANDONED: u8 = 4;
+    /// Stopped by a signal after a clean drain: 128 + signal (129 SIGHUP, 130 SIGINT, 143 SIGTERM).
     pub const SIGNAL_BASE: u8 = 128;
 }
 
@@ -88,7 +91,8 @@ Examples:
 
 Exit codes: 0 success, 1 runtime failure, 2 usage or pipeline-file error,
 3 some inputs of a batch failed (the others were processed),
-130/143 stopped by SIGINT/SIGTERM after draining (results flushed).";
+4 stopped at once by a second signal, without draining,
+129/130/143 stopped by SIGHUP/SIGINT/SIGTERM after draining (results flushed).";
 
 #[derive(Parser)]
 #[command(name = "infer-stream", version, about = "Real-time video inference pipelines from one TOML file", after_help = EXAMPLES)]
@@ -229,6 +233,8 @@ fn init_logging(verbose: u8, quiet: bool) {
 }
 
 pub fn main() -> ExitCode {
+    // Before any thread starts, and before ONNX Runtime is loaded.
+    infer_stream::backend::ort::telemetry_off_unless_asked();
     let started = std::time::Instant::now();
     let _ = STARTED.set(started);
     let cli = match Cli::try_parse() {
@@ -260,6 +266,8 @@ pub fn main() -> ExitCode {
             }
             match gpu_check {
                 Some(video) => run_gpu_check(&video, soak_frames, json),
+                // Said in the report; the exit code lets scripts see it.
+                None if d.onnxruntime.error.is_some() => Ok(exit::RUNTIME),
                 None => Ok(exit::OK),
             }
         }
@@ -310,8 +318,26 @@ fn writable(flag: &str, path: &Path, extensions: &[&str]) -> Result<(), String> 
     Ok(())
 }
 
-/// Argument checks clap cannot make: output files, and bench's frame counts.
+/// `--ort-library` names an existing file (whether it loads is said when it is loaded).
+fn library_exists(path: Option<&Path>) -> Result<(), String> {
+    match path {
+        Some(p) if p.is_dir() => Err(format!("--ort-library {}: is a folder; give the path of libonnxruntime.so", p.display())),
+        Some(p) if !p.exists() => Err(format!("--ort-library {}: no such file; give the path of libonnxruntime.so", p.display())),
+        _ => Ok(()),
+    }
+}
+
+/// Argument checks clap cannot make: output files, the library, and bench's frame counts.
 fn check_arguments(cmd: &Cmd) -> Result<(), String> {
+    let library = match cmd {
+        Cmd::Run { ort_library, .. }
+        | Cmd::Validate { ort_library, .. }
+        | Cmd::Inspect { ort_library, .. }
+        | Cmd::Doctor { ort_library, .. }
+        | Cmd::Bench { ort_library, .. } => ort_library.as_deref(),
+        Cmd::Graph { .. } => None,
+    };
+    library_exists(library)?;
     match cmd {
         Cmd::Run { report, trace, .. } => {
             report.as_deref().map_or(Ok(()), |p| writable("--report", p, &[]))?;
@@ -439,7 +465,14 @@ fn inspect(model: &Path, json: bool, ort_library: Option<&Path>) -> Result<u8> {
         eprintln!("error: {}: {why}", model.display());
         return Ok(exit::CONFIG);
     }
-    let rt = infer_stream::backend::ort::runtime(ort_library.map(|p| (p, "--ort-library")))?;
+    let rt = match infer_stream::backend::ort::runtime(ort_library.map(|p| (p, "--ort-library"))) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            // A library named on the command line that does not load is a bad argument.
+            return Ok(if ort_library.is_some() { exit::CONFIG } else { exit::RUNTIME });
+        }
+    };
     let r = match infer_stream::backend::ort::model_report(rt, model) {
         Ok(r) => r,
         Err(e) => {
@@ -547,18 +580,34 @@ fn start_metrics(cfg: &PipelineConfig, cli: Option<SocketAddr>, metrics: &Arc<Me
     }
 }
 
-/// First signal: stop sources and drain. Second: exit at once.
+/// Signals that arrive within this long of the first are the same stop:
+/// `timeout`, and anything that signals a whole process group, delivers the
+/// signal twice within microseconds.
+const SAME_STOP: Duration = Duration::from_secs(1);
+
+/// First SIGINT, SIGTERM or SIGHUP: stop sources and drain (exit 128 +
+/// signal). Another within [`SAME_STOP`]: the same stop. One later: exit at
+/// once without draining ([`exit::ABANDONED`]).
 fn install_signals(sd: Arc<Shutdown>) -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing signal handlers")?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut first: Option<std::time::Instant> = None;
         for sig in signals.forever() {
-            if sd.stopping() && sd.signal().is_some() {
-                eprintln!("second signal: exiting now without draining");
-                std::process::exit(i32::from(exit::SIGNAL_BASE) + sig);
+            match first {
+                Some(t) if t.elapsed() < SAME_STOP => {
+                    tracing::debug!("signal {sig} {:.1} ms after the first: the same stop", t.elapsed().as_secs_f64() * 1e3);
+                }
+                Some(_) => {
+                    eprintln!("second signal: exiting now without draining (exit code {})", exit::ABANDONED);
+                    infer_stream::backend::process::exit_now(exit::ABANDONED);
+                }
+                None => {
+                    first = Some(std::time::Instant::now());
+                    eprintln!("\nsignal {sig}: stopping sources and draining frames in flight (again to exit at once)");
+                    sd.interrupt(sig);
+                }
             }
-            eprintln!("\nsignal {sig}: stopping sources and draining frames in flight (again to exit at once)");
-            sd.interrupt(sig);
         }
     })?;
     Ok(())

@@ -52,7 +52,9 @@ pub struct NodeReport {
     pub corrupt_bursts: u64,
     /// Frames out per second of wall time.
     pub fps: f64,
-    /// Share of wall time spent working.
+    /// Share of wall time spent working. Stages and sinks: on frames (not
+    /// waiting for input or for room downstream). Sources: between frames,
+    /// so reading, and waiting for the network or a real-time pace, count.
     pub busy: f64,
     pub queue_capacity: usize,
     pub queue_max_depth: usize,
@@ -256,6 +258,15 @@ impl RunReport {
                 ms(n, l.p95),
                 ms(n, l.p99),
                 if n.end_to_end_ms.is_some() { "  (end to end)" } else { "" }
+            );
+        }
+        if let Some(src) = self.nodes.iter().find(|n| n.role == "source" && n.busy >= 0.5) {
+            let _ = writeln!(
+                s,
+                "busy: a source's counts reading its input, waiting for the network or the real-time pace included \
+                 ({} {:.0}%); other nodes', time working on frames",
+                src.name,
+                src.busy * 100.0
             );
         }
         for n in self.nodes.iter().filter(|n| !n.batch_sizes.is_empty()) {
