@@ -678,3 +678,39 @@ fn default_schedule_recovers_within_two_seconds() {
     check_order(&lines);
     assert!(err.contains("probe every 250 ms"), "the schedule is described:\n{err}");
 }
+
+/// `/readyz` follows each camera: ready while it streams, `503` naming the
+/// stream while it is lost and reconnecting (the `?verbose` view lists every
+/// stream's state), ready again once frames flow.
+#[test]
+fn readyz_is_not_ready_while_a_camera_is_down() {
+    let _serial = serial();
+    let mut server = Server::start(18582, None);
+    let mut run = Run::start(&format!("{SOURCE}{NDJSON_SINK}"), "rtsp://127.0.0.1:18582/cam", &["--metrics-addr", "127.0.0.1:18583"]);
+    run.wait_for("5 frames", Duration::from_secs(20), |l| frames(l) >= 5);
+    let ready = |path: &str| {
+        let r = http_get(18583, path);
+        let status = r.split_whitespace().nth(1).unwrap_or("").to_string();
+        (status, r.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string()))
+    };
+    let (status, body) = ready("/readyz");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "ready\n"));
+    let (status, body) = ready("/readyz?verbose");
+    assert_eq!(status, "200");
+    assert!(body.starts_with("ready\n") && body.contains("stream `cam`: streaming"), "{body}");
+
+    server.terminate();
+    run.wait_for("a lost event", Duration::from_secs(5), |l| !events(l, "lost").is_empty());
+    let (status, body) = ready("/readyz");
+    assert_eq!(status, "503", "{body}");
+    assert!(body.starts_with("not ready: stream `cam` is lost"), "{body}");
+    let (status, body) = ready("/readyz?verbose");
+    assert_eq!(status, "503", "{body}");
+    assert!(body.contains("stream `cam`: lost") && body.contains("reconnecting"), "{body}");
+
+    let back = server.spawn();
+    run.wait_for("a frame after the reconnection", Duration::from_secs(10), |l| frames_after(l, "reconnected", 1) >= 1);
+    let (status, body) = ready("/readyz");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "ready\n"), "{:?} after the camera was back", back.elapsed());
+    assert_eq!(run.interrupt(), Some(130), "{}", run.stderr());
+}
