@@ -679,6 +679,32 @@ fn default_schedule_recovers_within_two_seconds() {
     assert!(err.contains("probe every 250 ms"), "the schedule is described:\n{err}");
 }
 
+/// Reconnecting to a camera that refuses connections: our own warnings say so,
+/// and FFmpeg's raw log lines (`[tcp @ 0x…] Connection to tcp://… failed`)
+/// do not repeat them at the default log level; with `-v` (debug) they do.
+#[test]
+fn ffmpeg_log_lines_stay_below_the_default_level() {
+    let _serial = serial();
+    for (verbose, shown) in [(false, false), (true, true)] {
+        let mut server = Server::start(18581, None);
+        let mut run = Run::start(&format!("{SOURCE}{NDJSON_SINK}"), "rtsp://127.0.0.1:18581/cam", if verbose { &["-v"] } else { &[] });
+        run.wait_for("5 frames", Duration::from_secs(20), |l| frames(l) >= 5);
+        server.terminate();
+        let until = Instant::now() + Duration::from_secs(10);
+        while !run.stderr().contains("reconnect attempt 2 failed") {
+            assert!(Instant::now() < until, "no failed attempts:\n{}", run.stderr());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.spawn();
+        run.wait_for("frames after the reconnection", Duration::from_secs(10), |l| frames_after(l, "reconnected", 1) >= 1);
+        let code = run.interrupt();
+        let err = run.stderr();
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("stream lost") && err.contains("Connection refused"), "our own warnings:\n{err}");
+        assert_eq!(err.contains("[tcp @"), shown, "verbose {verbose}:\n{err}");
+    }
+}
+
 /// `/readyz` follows each camera: ready while it streams, `503` naming the
 /// stream while it is lost and reconnecting (the `?verbose` view lists every
 /// stream's state), ready again once frames flow.
