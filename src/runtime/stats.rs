@@ -109,6 +109,8 @@ pub struct NodeStats {
     pub losses: AtomicU64,
     pub reconnects: AtomicU64,
     pub longest_gap_ms: AtomicU64,
+    /// Sources: times a `restart = "always"` source played its input again.
+    pub loops: AtomicU64,
     /// Sources: since when and why the stream is lost now (`None`: not lost).
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
     /// When this sink wrote its first frame.
@@ -140,6 +142,7 @@ impl NodeStats {
             reconnects: AtomicU64::new(0),
             longest_gap_ms: AtomicU64::new(0),
             lost_now: Mutex::new(None),
+            loops: AtomicU64::new(0),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
