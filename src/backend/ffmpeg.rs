@@ -149,9 +149,40 @@ pub fn pixel_format_exists(name: &str) -> bool {
     name.parse::<Pixel>().is_ok_and(|p| p != Pixel::None)
 }
 
-/// How messages name an input: `stdin` for `-`, a URL with its password masked.
+/// How messages name an input: `stdin` for `-`, a URL with its password
+/// masked, a file path tidied lexically (`pipelines/../samples/a.mp4` is shown
+/// as `samples/a.mp4`; symlinks are not resolved).
 pub fn shown_name(path: &Path) -> String {
-    if path.as_os_str() == "-" { "stdin".to_string() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
+    let text = path.to_string_lossy();
+    if path.as_os_str() == "-" {
+        "stdin".to_string()
+    } else if text.contains("://") {
+        mask_credentials(&text).into_owned()
+    } else {
+        mask_credentials(&normalize(path).to_string_lossy()).into_owned()
+    }
+}
+
+/// `path` without `.` components and with each `dir/..` taken out, by its
+/// text alone (a `..` at the start of a relative path stays; one above the
+/// root is dropped, as the root's parent is the root).
+pub fn normalize(path: &Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() { std::path::PathBuf::from(".") } else { out.iter().collect() }
 }
 
 /// An open input, and stdin's read mode while FFmpeg reads it (restored after
@@ -1527,6 +1558,18 @@ impl VideoEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_paths_are_tidied_by_their_text() {
+        let n = |p: &str| shown_name(Path::new(p));
+        assert_eq!(n("pipelines/../samples/a.mp4"), "samples/a.mp4");
+        assert_eq!(n("./../samples/./a.mp4"), "../samples/a.mp4");
+        assert_eq!(n("tests/data/../../samples/x.mp4"), "samples/x.mp4");
+        assert_eq!(n("/data/../../clips/a.mp4"), "/clips/a.mp4");
+        assert_eq!(n("a/.."), ".");
+        assert_eq!(n("-"), "stdin");
+        assert_eq!(n("rtsp://u:pw@cam/../x"), "rtsp://u:***@cam/../x");
+    }
 
     fn settings(codec: &str, preset: Option<&str>) -> EncoderSettings {
         EncoderSettings { codec: codec.into(), preset: preset.map(str::to_string), crf: Some(20) }
