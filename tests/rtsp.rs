@@ -740,3 +740,24 @@ fn readyz_is_not_ready_while_a_camera_is_down() {
     assert_eq!((status.as_str(), body.as_str()), ("200", "ready\n"), "{:?} after the camera was back", back.elapsed());
     assert_eq!(run.interrupt(), Some(130), "{}", run.stderr());
 }
+
+/// `required = false`: a camera that may come and go; while it is lost
+/// `/readyz` stays ready, and the verbose view still shows the loss.
+#[test]
+fn a_camera_not_required_leaves_readyz_ready() {
+    let _serial = serial();
+    let mut server = Server::start(18584, None);
+    let toml = format!("{SOURCE}required = false\n{NDJSON_SINK}");
+    let mut run = Run::start(&toml, "rtsp://127.0.0.1:18584/cam", &["--metrics-addr", "127.0.0.1:18585"]);
+    run.wait_for("5 frames", Duration::from_secs(20), |l| frames(l) >= 5);
+    server.terminate();
+    run.wait_for("a lost event", Duration::from_secs(5), |l| !events(l, "lost").is_empty());
+    let plain = http_get(18585, "/readyz");
+    assert!(plain.starts_with("HTTP/1.1 200 ") && plain.ends_with("\r\n\r\nready\n"), "{plain}");
+    let verbose = http_get(18585, "/readyz?verbose");
+    assert!(
+        verbose.starts_with("HTTP/1.1 200 ") && verbose.contains("stream `cam`: lost for ") && verbose.contains("(not required)"),
+        "{verbose}"
+    );
+    assert_eq!(run.interrupt(), Some(130), "{}", run.stderr());
+}

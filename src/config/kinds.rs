@@ -282,6 +282,10 @@ pub struct RtspSourceConfig {
     pub probe_window_ms: Spanned<u64>,
     /// Give up after this many failed attempts in a row (default: never).
     pub max_retries: Option<u32>,
+    /// `/readyz` is not ready while this stream is lost (`false`: it only
+    /// shows in `/readyz?verbose`).
+    #[serde(default = "yes")]
+    pub required: bool,
     /// A camera that does not answer at start: `false` stops the run before
     /// anything runs (exit 2); `true` starts the run with the stream lost and
     /// keeps trying with the backoff (and `max_retries`), as after a loss.

@@ -323,7 +323,7 @@ fn rtsp_source_defaults_and_checks() {
         (*r.connect_timeout_ms.get_ref(), *r.watchdog_ms.get_ref(), *r.backoff_initial_ms.get_ref(), *r.backoff_max_ms.get_ref()),
         (5000, 5000, 500, 30000)
     );
-    assert!(r.reconnect && r.max_retries.is_none());
+    assert!(r.reconnect && r.max_retries.is_none() && r.required);
     let src = format!(
         "[sources.cam]\nkind = \"rtsp\"\nuri = \"http://u:pw@cam/x\"\ntransport = \"udp\"\nwatchdog_ms = 50\nbackoff_initial_ms = 1000\nbackoff_max_ms = 200\n{RTSP_SINK}"
     );

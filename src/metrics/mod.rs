@@ -91,9 +91,10 @@ impl Metrics {
         for s in w.nodes.iter().filter(|s| s.role == Role::Source) {
             match stream_state(s) {
                 StreamState::Waiting => return Err(format!("not ready: source `{}` has not produced a frame yet", s.name)),
-                StreamState::Lost { secs, reason } => {
+                StreamState::Lost { secs, reason } if s.required.load(Ordering::Relaxed) => {
                     return Err(format!("not ready: stream `{}` is lost ({reason}) for {secs:.1} s, reconnecting", s.name));
                 }
+                StreamState::Lost { .. } => {}
                 StreamState::Streaming | StreamState::Finished => {}
             }
         }
@@ -114,7 +115,10 @@ impl Metrics {
                     StreamState::Waiting => "waiting for its first frame".to_string(),
                     StreamState::Streaming => "streaming".to_string(),
                     StreamState::Finished => "finished".to_string(),
-                    StreamState::Lost { secs, reason } => format!("lost for {secs:.1} s ({reason}), reconnecting"),
+                    StreamState::Lost { secs, reason } => format!(
+                        "lost for {secs:.1} s ({reason}), reconnecting{}",
+                        if s.required.load(Ordering::Relaxed) { "" } else { " (not required)" }
+                    ),
                 };
                 let (lost, back) = (s.losses.load(Ordering::Relaxed), s.reconnects.load(Ordering::Relaxed));
                 text.push_str(&format!(

@@ -198,6 +198,12 @@ fn server_answers_health_readiness_and_metrics() {
             .is_some_and(|l| l.starts_with("stream `cam`: lost for ") && l.ends_with("reconnecting; 1 frames, lost 1×, reconnected 0×")),
         "{body}"
     );
+    // A stream that is not required (`required = false`): still listed, no longer holding readiness.
+    nodes[0].required.store(false, Ordering::Relaxed);
+    let (status, _, body) = get(addr, "/readyz?verbose");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("ready\nstream `cam`: lost for ") && body.contains("reconnecting (not required); 1 frames"), "{body}");
+    nodes[0].required.store(true, Ordering::Relaxed);
     nodes[0].stream_event(&crate::frame::EventKind::Reconnected { gap_ms: 700, attempts: 2 });
     let (status, _, body) = get(addr, "/readyz?verbose");
     assert_eq!((status, body.as_str()), (200, "ready\nstream `cam`: streaming; 1 frames, lost 1×, reconnected 1×\n"));

@@ -454,6 +454,9 @@ impl Pipeline {
             if !graph.producers[i].is_empty() {
                 st.set_capacity(queues[i].0);
             }
+            if let Body::Source(s) = &nodes[i].body {
+                st.required.store(s.required(), std::sync::atomic::Ordering::Relaxed);
+            }
         }
         Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None }
     }

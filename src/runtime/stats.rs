@@ -111,6 +111,8 @@ pub struct NodeStats {
     pub longest_gap_ms: AtomicU64,
     /// Sources: times a `restart = "always"` source played its input again.
     pub loops: AtomicU64,
+    /// Sources: `/readyz` is not ready while this one's stream is lost.
+    pub required: AtomicBool,
     /// Sources: since when and why the stream is lost now (`None`: not lost).
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
     /// When this sink wrote its first frame.
@@ -142,6 +144,7 @@ impl NodeStats {
             reconnects: AtomicU64::new(0),
             longest_gap_ms: AtomicU64::new(0),
             lost_now: Mutex::new(None),
+            required: AtomicBool::new(true),
             loops: AtomicU64::new(0),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),

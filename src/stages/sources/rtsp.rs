@@ -334,6 +334,8 @@ pub struct RtspSource {
     watchdog: Duration,
     reconnect: bool,
     max_retries: Option<u32>,
+    /// `/readyz` waits for this stream while it is lost.
+    required: bool,
     /// Why the camera did not answer at start (`wait_at_start`): the run
     /// starts with the stream lost.
     start_error: Option<String>,
@@ -376,6 +378,7 @@ impl RtspSource {
             watchdog: ms(&c.watchdog_ms),
             reconnect: c.reconnect,
             max_retries: c.max_retries,
+            required: c.required,
             start_error: None,
             retry: Retry::new(
                 Backoff::new(ms(&c.backoff_initial_ms), ms(&c.backoff_max_ms), seed),
@@ -535,6 +538,10 @@ impl Source for RtspSource {
 
     fn is_live(&self) -> bool {
         true
+    }
+
+    fn required(&self) -> bool {
+        self.required
     }
 
     fn describe(&self) -> String {
