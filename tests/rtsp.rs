@@ -649,3 +649,115 @@ fn audio_stream_reconnects_like_a_camera() {
     assert_eq!((processed as usize, failed), (frames(&lines), 0), "{err}");
     assert!(err.contains("cam: stream lost 1×, reconnected 1×"), "{err}");
 }
+
+/// The default retry schedule (no backoff keys): a camera gone for 5 s is
+/// streaming again within 2 s of its return, timed from the moment the server
+/// accepts connections again to the first new frame in the output. (With the
+/// backoff alone, the attempt after 5 s came at about 7.5 s.)
+#[test]
+fn default_schedule_recovers_within_two_seconds() {
+    let _serial = serial();
+    let mut server = Server::start(18580, None);
+    let toml =
+        format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"${{RTSP_URL}}\"\nwatchdog_ms = 1000\nconnect_timeout_ms = 1000\n{NDJSON_SINK}");
+    let mut run = Run::start(&toml, "rtsp://127.0.0.1:18580/cam", &[]);
+    run.wait_for("10 frames", Duration::from_secs(20), |l| frames(l) >= 10);
+    server.terminate();
+    run.wait_for("a lost event", Duration::from_secs(5), |l| !events(l, "lost").is_empty());
+    std::thread::sleep(Duration::from_secs(5));
+    let back = server.spawn();
+    run.wait_for("a frame after the reconnection", Duration::from_secs(40), |l| frames_after(l, "reconnected", 1) >= 1);
+    let took = back.elapsed();
+    eprintln!("frames again {took:?} after the server accepted connections again");
+    assert!(took < Duration::from_secs(2), "frames flowed again {took:?} after the server was back");
+    let code = run.interrupt();
+    let err = run.stderr();
+    assert_eq!(code, Some(130), "{err}");
+    let lines = run.lines();
+    assert_eq!((events(&lines, "lost").len(), events(&lines, "reconnected").len()), (1, 1), "{lines:?}");
+    check_order(&lines);
+    assert!(err.contains("probe every 250 ms"), "the schedule is described:\n{err}");
+}
+
+/// Reconnecting to a camera that refuses connections: our own warnings say so,
+/// and FFmpeg's raw log lines (`[tcp @ 0x…] Connection to tcp://… failed`)
+/// do not repeat them at the default log level; with `-v` (debug) they do.
+#[test]
+fn ffmpeg_log_lines_stay_below_the_default_level() {
+    let _serial = serial();
+    for (verbose, shown) in [(false, false), (true, true)] {
+        let mut server = Server::start(18581, None);
+        let mut run = Run::start(&format!("{SOURCE}{NDJSON_SINK}"), "rtsp://127.0.0.1:18581/cam", if verbose { &["-v"] } else { &[] });
+        run.wait_for("5 frames", Duration::from_secs(20), |l| frames(l) >= 5);
+        server.terminate();
+        let until = Instant::now() + Duration::from_secs(10);
+        while !run.stderr().contains("reconnect attempt 2 failed") {
+            assert!(Instant::now() < until, "no failed attempts:\n{}", run.stderr());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.spawn();
+        run.wait_for("frames after the reconnection", Duration::from_secs(10), |l| frames_after(l, "reconnected", 1) >= 1);
+        let code = run.interrupt();
+        let err = run.stderr();
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("stream lost") && err.contains("Connection refused"), "our own warnings:\n{err}");
+        assert_eq!(err.contains("[tcp @"), shown, "verbose {verbose}:\n{err}");
+    }
+}
+
+/// `/readyz` follows each camera: ready while it streams, `503` naming the
+/// stream while it is lost and reconnecting (the `?verbose` view lists every
+/// stream's state), ready again once frames flow.
+#[test]
+fn readyz_is_not_ready_while_a_camera_is_down() {
+    let _serial = serial();
+    let mut server = Server::start(18582, None);
+    let mut run = Run::start(&format!("{SOURCE}{NDJSON_SINK}"), "rtsp://127.0.0.1:18582/cam", &["--metrics-addr", "127.0.0.1:18583"]);
+    run.wait_for("5 frames", Duration::from_secs(20), |l| frames(l) >= 5);
+    let ready = |path: &str| {
+        let r = http_get(18583, path);
+        let status = r.split_whitespace().nth(1).unwrap_or("").to_string();
+        (status, r.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string()))
+    };
+    let (status, body) = ready("/readyz");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "ready\n"));
+    let (status, body) = ready("/readyz?verbose");
+    assert_eq!(status, "200");
+    assert!(body.starts_with("ready\n") && body.contains("stream `cam`: streaming"), "{body}");
+
+    server.terminate();
+    run.wait_for("a lost event", Duration::from_secs(5), |l| !events(l, "lost").is_empty());
+    let (status, body) = ready("/readyz");
+    assert_eq!(status, "503", "{body}");
+    assert!(body.starts_with("not ready: stream `cam` is lost"), "{body}");
+    let (status, body) = ready("/readyz?verbose");
+    assert_eq!(status, "503", "{body}");
+    assert!(body.contains("stream `cam`: lost") && body.contains("reconnecting"), "{body}");
+
+    let back = server.spawn();
+    run.wait_for("a frame after the reconnection", Duration::from_secs(10), |l| frames_after(l, "reconnected", 1) >= 1);
+    let (status, body) = ready("/readyz");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "ready\n"), "{:?} after the camera was back", back.elapsed());
+    assert_eq!(run.interrupt(), Some(130), "{}", run.stderr());
+}
+
+/// `required = false`: a camera that may come and go; while it is lost
+/// `/readyz` stays ready, and the verbose view still shows the loss.
+#[test]
+fn a_camera_not_required_leaves_readyz_ready() {
+    let _serial = serial();
+    let mut server = Server::start(18584, None);
+    let toml = format!("{SOURCE}required = false\n{NDJSON_SINK}");
+    let mut run = Run::start(&toml, "rtsp://127.0.0.1:18584/cam", &["--metrics-addr", "127.0.0.1:18585"]);
+    run.wait_for("5 frames", Duration::from_secs(20), |l| frames(l) >= 5);
+    server.terminate();
+    run.wait_for("a lost event", Duration::from_secs(5), |l| !events(l, "lost").is_empty());
+    let plain = http_get(18585, "/readyz");
+    assert!(plain.starts_with("HTTP/1.1 200 ") && plain.ends_with("\r\n\r\nready\n"), "{plain}");
+    let verbose = http_get(18585, "/readyz?verbose");
+    assert!(
+        verbose.starts_with("HTTP/1.1 200 ") && verbose.contains("stream `cam`: lost for ") && verbose.contains("(not required)"),
+        "{verbose}"
+    );
+    assert_eq!(run.interrupt(), Some(130), "{}", run.stderr());
+}

@@ -36,14 +36,60 @@ pub enum FfmpegError {
     Scaler { from: Pixel, to: Pixel, src_w: u32, src_h: u32, dst_w: u32, dst_h: u32 },
 }
 
-/// Initialise FFmpeg once and keep its own logging quiet (we report errors ourselves).
+/// Initialise FFmpeg once. Its own log lines (`[tcp @ 0x…] Connection to …
+/// failed`) repeat what we report ourselves, so they go to our log at debug
+/// level (`-v`), FFmpeg's fatal errors at error level.
 pub fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let _ = ff::init();
-        ff::util::log::set_level(ff::util::log::Level::Error);
+        let level = if tracing::enabled!(target: "ffmpeg", tracing::Level::TRACE) {
+            ff::util::log::Level::Verbose
+        } else if tracing::enabled!(target: "ffmpeg", tracing::Level::DEBUG) {
+            ff::util::log::Level::Warning
+        } else {
+            ff::util::log::Level::Error
+        };
+        ff::util::log::set_level(level);
+        route_log();
     });
 }
+
+/// FFmpeg's log into ours (x86_64, where the callback's `va_list` is a plain pointer).
+#[cfg(target_arch = "x86_64")]
+fn route_log() {
+    unsafe extern "C" fn callback(avcl: *mut libc::c_void, level: libc::c_int, fmt: *const libc::c_char, vl: *mut ffi::__va_list_tag) {
+        // SAFETY: a plain read of FFmpeg's log level.
+        if level > unsafe { ffi::av_log_get_level() } {
+            return;
+        }
+        let mut line = [0 as libc::c_char; 1024];
+        let mut prefix: libc::c_int = 1;
+        // SAFETY: FFmpeg hands us its own context, format and argument list for
+        // this one call; av_log_format_line2 formats them into `line` (NUL
+        // terminated, truncated to its size) and reads nothing else.
+        let n = unsafe { ffi::av_log_format_line2(avcl, level, fmt, vl, line.as_mut_ptr(), line.len() as libc::c_int, &mut prefix) };
+        if n < 0 {
+            return;
+        }
+        // SAFETY: `line` is NUL terminated (see above) and outlives `text`.
+        let text = unsafe { std::ffi::CStr::from_ptr(line.as_ptr()) }.to_string_lossy();
+        let text = mask_credentials(text.trim_end());
+        if level <= ffi::AV_LOG_FATAL {
+            tracing::error!(target: "ffmpeg", "FFmpeg: {text}");
+        } else {
+            tracing::debug!(target: "ffmpeg", "FFmpeg: {text}");
+        }
+    }
+    // SAFETY: installs a callback that stays valid for the whole process
+    // (a plain function); FFmpeg may call it from any thread, and it only
+    // formats the message and hands it to the (thread-safe) log.
+    unsafe { ffi::av_log_set_callback(Some(callback)) };
+}
+
+/// Elsewhere FFmpeg's own log stays on stderr, errors only.
+#[cfg(not(target_arch = "x86_64"))]
+fn route_log() {}
 
 /// `major.minor.micro` of libavcodec, libavformat, libavutil.
 pub fn versions() -> String {
@@ -103,9 +149,40 @@ pub fn pixel_format_exists(name: &str) -> bool {
     name.parse::<Pixel>().is_ok_and(|p| p != Pixel::None)
 }
 
-/// How messages name an input: `stdin` for `-`, a URL with its password masked.
+/// How messages name an input: `stdin` for `-`, a URL with its password
+/// masked, a file path tidied lexically (`pipelines/../samples/a.mp4` is shown
+/// as `samples/a.mp4`; symlinks are not resolved).
 pub fn shown_name(path: &Path) -> String {
-    if path.as_os_str() == "-" { "stdin".to_string() } else { mask_credentials(&path.to_string_lossy()).into_owned() }
+    let text = path.to_string_lossy();
+    if path.as_os_str() == "-" {
+        "stdin".to_string()
+    } else if text.contains("://") {
+        mask_credentials(&text).into_owned()
+    } else {
+        mask_credentials(&normalize(path).to_string_lossy()).into_owned()
+    }
+}
+
+/// `path` without `.` components and with each `dir/..` taken out, by its
+/// text alone (a `..` at the start of a relative path stays; one above the
+/// root is dropped, as the root's parent is the root).
+pub fn normalize(path: &Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() { std::path::PathBuf::from(".") } else { out.iter().collect() }
 }
 
 /// An open input, and stdin's read mode while FFmpeg reads it (restored after
@@ -1481,6 +1558,18 @@ impl VideoEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_paths_are_tidied_by_their_text() {
+        let n = |p: &str| shown_name(Path::new(p));
+        assert_eq!(n("pipelines/../samples/a.mp4"), "samples/a.mp4");
+        assert_eq!(n("./../samples/./a.mp4"), "../samples/a.mp4");
+        assert_eq!(n("tests/data/../../samples/x.mp4"), "samples/x.mp4");
+        assert_eq!(n("/data/../../clips/a.mp4"), "/clips/a.mp4");
+        assert_eq!(n("a/.."), ".");
+        assert_eq!(n("-"), "stdin");
+        assert_eq!(n("rtsp://u:pw@cam/../x"), "rtsp://u:***@cam/../x");
+    }
 
     fn settings(codec: &str, preset: Option<&str>) -> EncoderSettings {
         EncoderSettings { codec: codec.into(), preset: preset.map(str::to_string), crf: Some(20) }

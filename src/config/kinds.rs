@@ -248,7 +248,8 @@ impl RtspTransport {
 
 /// `kind = "rtsp"`: a live RTSP camera, decoded by FFmpeg, that survives the
 /// camera going away: a watchdog notices a stream that stopped (or a camera
-/// that hangs), and the source reconnects with exponential backoff.
+/// that hangs), and the source reconnects with exponential backoff, probing
+/// the camera's port in between to reconnect as soon as it is back.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RtspSourceConfig {
@@ -271,8 +272,20 @@ pub struct RtspSourceConfig {
     /// …up to this (each wait is jittered down by up to a quarter).
     #[serde(default = "rtsp_backoff_max")]
     pub backoff_max_ms: Spanned<u64>,
+    /// While the stream is down, knock on the camera's port (a TCP connect to
+    /// its host:port) this often between the backoff's attempts; an answer
+    /// after none starts a full reconnection at once. 0: no probing.
+    #[serde(default = "rtsp_probe_interval")]
+    pub probe_interval_ms: Spanned<u64>,
+    /// Probe for this long into an outage; after it only the backoff's attempts.
+    #[serde(default = "rtsp_probe_window")]
+    pub probe_window_ms: Spanned<u64>,
     /// Give up after this many failed attempts in a row (default: never).
     pub max_retries: Option<u32>,
+    /// `/readyz` is not ready while this stream is lost (`false`: it only
+    /// shows in `/readyz?verbose`).
+    #[serde(default = "yes")]
+    pub required: bool,
     /// A camera that does not answer at start: `false` stops the run before
     /// anything runs (exit 2); `true` starts the run with the stream lost and
     /// keeps trying with the backoff (and `max_retries`), as after a loss.
@@ -306,6 +319,12 @@ fn rtsp_backoff_initial() -> Spanned<u64> {
 }
 fn rtsp_backoff_max() -> Spanned<u64> {
     Spanned::new(0..0, 30000)
+}
+fn rtsp_probe_interval() -> Spanned<u64> {
+    Spanned::new(0..0, 250)
+}
+fn rtsp_probe_window() -> Spanned<u64> {
+    Spanned::new(0..0, 90000)
 }
 
 /// `kind = "testsrc"`: synthetic video (a moving gradient and a moving square)

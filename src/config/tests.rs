@@ -323,7 +323,7 @@ fn rtsp_source_defaults_and_checks() {
         (*r.connect_timeout_ms.get_ref(), *r.watchdog_ms.get_ref(), *r.backoff_initial_ms.get_ref(), *r.backoff_max_ms.get_ref()),
         (5000, 5000, 500, 30000)
     );
-    assert!(r.reconnect && r.max_retries.is_none());
+    assert!(r.reconnect && r.max_retries.is_none() && r.required);
     let src = format!(
         "[sources.cam]\nkind = \"rtsp\"\nuri = \"http://u:pw@cam/x\"\ntransport = \"udp\"\nwatchdog_ms = 50\nbackoff_initial_ms = 1000\nbackoff_max_ms = 200\n{RTSP_SINK}"
     );
@@ -339,6 +339,12 @@ fn rtsp_source_defaults_and_checks() {
         headlines(&format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"rtsp://cam\"\ntransport = \"quic\"\n{RTSP_SINK}")),
         ["p.toml:4:13: unknown variant `quic`, expected `tcp` or `udp`"]
     );
+    assert_eq!((*r.probe_interval_ms.get_ref(), *r.probe_window_ms.get_ref()), (250, 90000));
+    assert_eq!(
+        headlines(&format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"rtsp://cam\"\nprobe_interval_ms = 10\n{RTSP_SINK}")),
+        ["p.toml:4:21: rtsp `cam`: `probe_interval_ms` must be 0 (no probing) or at least 50, got 10"]
+    );
+    assert!(headlines(&format!("[sources.cam]\nkind = \"rtsp\"\nuri = \"rtsp://cam\"\nprobe_interval_ms = 0\n{RTSP_SINK}")).is_empty());
 }
 
 #[test]

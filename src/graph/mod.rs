@@ -1212,10 +1212,22 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
         ("watchdog_ms", &r.watchdog_ms),
         ("backoff_initial_ms", &r.backoff_initial_ms),
         ("backoff_max_ms", &r.backoff_max_ms),
+        ("probe_interval_ms", &r.probe_interval_ms),
+        ("probe_window_ms", &r.probe_window_ms),
     ] {
         if *v.get_ref() > MAX_WAIT_MS {
             diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at most {MAX_WAIT_MS} (a day), got {}", v.get_ref())));
         }
+    }
+    let probe = *r.probe_interval_ms.get_ref();
+    if probe != 0 && probe < 50 {
+        diags.push(
+            cfg.diag(
+                r.probe_interval_ms.span(),
+                format!("rtsp `{name}`: `probe_interval_ms` must be 0 (no probing) or at least 50, got {probe}"),
+            )
+            .with_help("a probe is a TCP connect to the camera; more often than 20 times a second only hammers it"),
+        );
     }
     if r.backoff_max_ms.get_ref() < r.backoff_initial_ms.get_ref() {
         let v = if r.backoff_max_ms.span().is_empty() { &r.backoff_initial_ms } else { &r.backoff_max_ms };

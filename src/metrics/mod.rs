@@ -78,8 +78,9 @@ impl Metrics {
         let _ = self.watched.set(Watched { pipeline, nodes, providers, acct, shutdown });
     }
 
-    /// `Ok` once the pipeline is built (models loaded) and every source has
-    /// produced a frame or finished; otherwise why not.
+    /// `Ok` once the pipeline is built (models loaded), every source has
+    /// produced a frame or finished, and no source's stream is lost now (a
+    /// camera reconnecting); otherwise why not, naming the first stream at fault.
     pub fn readiness(&self) -> Result<(), String> {
         let Some(w) = self.watched.get() else {
             return Err("not ready: building the pipeline (opening sources, loading models)".into());
@@ -88,11 +89,46 @@ impl Metrics {
             return Err("not ready: stopping (draining frames in flight)".into());
         }
         for s in w.nodes.iter().filter(|s| s.role == Role::Source) {
-            if s.frames_out.load(Ordering::Relaxed) == 0 && !s.done.load(Ordering::Acquire) {
-                return Err(format!("not ready: source `{}` has not produced a frame yet", s.name));
+            match stream_state(s) {
+                StreamState::Waiting => return Err(format!("not ready: source `{}` has not produced a frame yet", s.name)),
+                StreamState::Lost { secs, reason } if s.required.load(Ordering::Relaxed) => {
+                    return Err(format!("not ready: stream `{}` is lost ({reason}) for {secs:.1} s, reconnecting", s.name));
+                }
+                StreamState::Lost { .. } => {}
+                StreamState::Streaming | StreamState::Finished => {}
             }
         }
         Ok(())
+    }
+
+    /// [`Metrics::readiness`] as `/readyz?verbose` says it: the verdict, then
+    /// one line per source stream with its state and its losses so far.
+    pub fn readiness_verbose(&self) -> Result<String, String> {
+        let verdict = self.readiness();
+        let mut text = match &verdict {
+            Ok(()) => "ready\n".to_string(),
+            Err(why) => format!("{why}\n"),
+        };
+        if let Some(w) = self.watched.get() {
+            for s in w.nodes.iter().filter(|s| s.role == Role::Source) {
+                let state = match stream_state(s) {
+                    StreamState::Waiting => "waiting for its first frame".to_string(),
+                    StreamState::Streaming => "streaming".to_string(),
+                    StreamState::Finished => "finished".to_string(),
+                    StreamState::Lost { secs, reason } => format!(
+                        "lost for {secs:.1} s ({reason}), reconnecting{}",
+                        if s.required.load(Ordering::Relaxed) { "" } else { " (not required)" }
+                    ),
+                };
+                let (lost, back) = (s.losses.load(Ordering::Relaxed), s.reconnects.load(Ordering::Relaxed));
+                text.push_str(&format!(
+                    "stream `{}`: {state}; {} frames, lost {lost}×, reconnected {back}×\n",
+                    s.name,
+                    s.frames_out.load(Ordering::Relaxed)
+                ));
+            }
+        }
+        verdict.map(|()| text.clone()).map_err(|_| text)
     }
 
     /// A registry whose only collector is `metrics`.
@@ -101,6 +137,28 @@ impl Metrics {
         r.register_collector(Box::new(metrics.clone()));
         r
     }
+}
+
+/// Where a source's stream stands, for readiness.
+enum StreamState {
+    Waiting,
+    Streaming,
+    Finished,
+    /// Lost `secs` ago for `reason`, not back yet.
+    Lost {
+        secs: f64,
+        reason: String,
+    },
+}
+
+fn stream_state(s: &NodeStats) -> StreamState {
+    if s.done.load(Ordering::Acquire) {
+        return StreamState::Finished;
+    }
+    if let Some((at, reason)) = &*s.lost_now.lock().unwrap_or_else(|e| e.into_inner()) {
+        return StreamState::Lost { secs: at.elapsed().as_secs_f64(), reason: reason.clone() };
+    }
+    if s.frames_out.load(Ordering::Relaxed) == 0 { StreamState::Waiting } else { StreamState::Streaming }
 }
 
 type NodeLabels<'a> = [(&'static str, &'a str); 3];

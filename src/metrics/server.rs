@@ -211,6 +211,12 @@ fn respond(head: &str, metrics: &Metrics, registry: &Registry) -> Response {
             }
         }
         "/healthz" => (200, PLAIN, "ok\n".into()),
+        "/readyz" if target.split_once('?').is_some_and(|(_, q)| q.split('&').any(|k| k == "verbose" || k.starts_with("verbose="))) => {
+            match metrics.readiness_verbose() {
+                Ok(text) => (200, PLAIN, text),
+                Err(text) => (503, PLAIN, text),
+            }
+        }
         "/readyz" => match metrics.readiness() {
             Ok(()) => (200, PLAIN, "ready\n".into()),
             Err(why) => (503, PLAIN, format!("{why}\n")),

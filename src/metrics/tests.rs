@@ -183,7 +183,30 @@ fn server_answers_health_readiness_and_metrics() {
     let (status, _, body) = get(addr, "/readyz");
     assert_eq!((status, body.as_str()), (503, "not ready: source `cam` has not produced a frame yet\n"));
     nodes[0].frames_out.store(1, Ordering::Relaxed);
-    assert_eq!(get(addr, "/readyz"), get(addr, "/readyz?verbose"));
+    let (status, _, body) = get(addr, "/readyz?verbose");
+    assert_eq!((status, body.as_str()), (200, "ready\nstream `cam`: streaming; 1 frames, lost 0×, reconnected 0×\n"));
+    // The camera is lost: not ready, naming the stream, until it is back.
+    nodes[0].stream_event(&crate::frame::EventKind::Lost { reason: "no frame for 1000 ms (watchdog_ms)".into() });
+    let (status, _, body) = get(addr, "/readyz");
+    assert_eq!(status, 503);
+    assert!(body.starts_with("not ready: stream `cam` is lost (no frame for 1000 ms (watchdog_ms)) for 0."), "{body}");
+    let (status, _, body) = get(addr, "/readyz?verbose");
+    assert_eq!(status, 503);
+    assert!(
+        body.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("stream `cam`: lost for ") && l.ends_with("reconnecting; 1 frames, lost 1×, reconnected 0×")),
+        "{body}"
+    );
+    // A stream that is not required (`required = false`): still listed, no longer holding readiness.
+    nodes[0].required.store(false, Ordering::Relaxed);
+    let (status, _, body) = get(addr, "/readyz?verbose");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("ready\nstream `cam`: lost for ") && body.contains("reconnecting (not required); 1 frames"), "{body}");
+    nodes[0].required.store(true, Ordering::Relaxed);
+    nodes[0].stream_event(&crate::frame::EventKind::Reconnected { gap_ms: 700, attempts: 2 });
+    let (status, _, body) = get(addr, "/readyz?verbose");
+    assert_eq!((status, body.as_str()), (200, "ready\nstream `cam`: streaming; 1 frames, lost 1×, reconnected 1×\n"));
     let (status, head, body) = get(addr, "/readyz");
     assert_eq!((status, body.as_str()), (200, "ready\n"));
     assert!(head.contains("Content-Type: text/plain; charset=utf-8"), "{head}");

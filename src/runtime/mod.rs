@@ -373,16 +373,25 @@ pub struct Node {
 
 /// Whether a source that stopped (with `err`, or at the end of its input)
 /// starts again under `policy`; `Some(reason)` when it does.
-fn restart_decision(policy: crate::config::Restart, err: Option<&str>, done: u32, max: Option<u32>, stopping: bool) -> Option<String> {
+fn restart_decision(policy: crate::config::Restart, err: Option<&str>, done: u32, max: Option<u32>, stopping: bool) -> Option<Again> {
     use crate::config::Restart;
     if stopping || max.is_some_and(|m| done >= m) {
         return None;
     }
     match (policy, err) {
         (Restart::Never, _) | (Restart::OnError, None) => None,
-        (_, Some(e)) => Some(format!("failed: {e}")),
-        (Restart::Always, None) => Some("input ended".into()),
+        (_, Some(e)) => Some(Again::Lost(format!("failed: {e}"))),
+        (Restart::Always, None) => Some(Again::Loop),
     }
+}
+
+/// Why a source starts again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Again {
+    /// It failed: its stream is lost until it runs again.
+    Lost(String),
+    /// Its input ended and `restart = "always"` plays it again: a loop, not a loss.
+    Loop,
 }
 
 /// Called every 100 ms while a pipeline runs (progress bars).
@@ -444,6 +453,9 @@ impl Pipeline {
         for (i, st) in stats.iter().enumerate() {
             if !graph.producers[i].is_empty() {
                 st.set_capacity(queues[i].0);
+            }
+            if let Body::Source(s) = &nodes[i].body {
+                st.required.store(s.required(), std::sync::atomic::Ordering::Relaxed);
             }
         }
         Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None }
@@ -638,11 +650,17 @@ fn run_node(
                 };
                 match restart_decision(policy, err.as_deref(), restarts, max_restarts, ctx.stopping() || src.exhausted()) {
                     None => break err,
-                    Some(reason) => {
-                        // The stream is lost; it comes back (a `reconnected` event) once the source runs again.
+                    Some(again) => {
+                        // A failure loses the stream; it comes back (a `reconnected` event) once the source
+                        // runs again. A deliberate loop is neither: it is counted as a loop.
                         let lost_at = Instant::now();
-                        tracing::warn!("source `{name}`: {reason}; starting it again in {} ms", wait.as_millis());
-                        ctx.event(EventKind::Lost { reason: reason.clone() });
+                        match &again {
+                            Again::Lost(reason) => {
+                                tracing::warn!("source `{name}`: {reason}; starting it again in {} ms", wait.as_millis());
+                                ctx.event(EventKind::Lost { reason: reason.clone() });
+                            }
+                            Again::Loop => tracing::debug!("source `{name}`: input ended; playing it again in {} ms", wait.as_millis()),
+                        }
                         let mut attempts = 0u32;
                         let reopened = loop {
                             let until = Instant::now() + wait;
@@ -667,7 +685,12 @@ fn run_node(
                         if !reopened {
                             break err;
                         }
-                        ctx.event(EventKind::Reconnected { gap_ms: lost_at.elapsed().as_millis() as u64, attempts });
+                        if again == Again::Loop {
+                            let n = st.loops.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                            tracing::info!("source `{name}`: looped (input ended, playing it again from the start: loop {n})");
+                        } else {
+                            ctx.event(EventKind::Reconnected { gap_ms: lost_at.elapsed().as_millis() as u64, attempts });
+                        }
                     }
                 }
             };

@@ -68,6 +68,8 @@ pub struct NodeReport {
     pub stream_lost: u64,
     pub reconnects: u64,
     pub longest_gap_ms: u64,
+    /// Sources: times the input was played again (`restart = "always"`), not losses.
+    pub loops: u64,
 }
 
 /// Everything a run reports.
@@ -196,6 +198,7 @@ impl RunReport {
                     stream_lost: s.losses.load(Ordering::Relaxed),
                     reconnects: s.reconnects.load(Ordering::Relaxed),
                     longest_gap_ms: s.longest_gap_ms.load(Ordering::Relaxed),
+                    loops: s.loops.load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -284,6 +287,9 @@ impl RunReport {
                 n.reconnects,
                 if n.reconnects > 0 { format!(" (longest gap {:.1} s)", n.longest_gap_ms as f64 / 1e3) } else { String::new() }
             );
+        }
+        for n in self.nodes.iter().filter(|n| n.loops > 0) {
+            let _ = writeln!(s, "{}: looped {}×", n.name, n.loops);
         }
         for (node, decode) in &self.decoders {
             let _ = writeln!(s, "{node}: decode {decode}");

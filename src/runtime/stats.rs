@@ -109,6 +109,12 @@ pub struct NodeStats {
     pub losses: AtomicU64,
     pub reconnects: AtomicU64,
     pub longest_gap_ms: AtomicU64,
+    /// Sources: times a `restart = "always"` source played its input again.
+    pub loops: AtomicU64,
+    /// Sources: `/readyz` is not ready while this one's stream is lost.
+    pub required: AtomicBool,
+    /// Sources: since when and why the stream is lost now (`None`: not lost).
+    pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -137,6 +143,9 @@ impl NodeStats {
             losses: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             longest_gap_ms: AtomicU64::new(0),
+            lost_now: Mutex::new(None),
+            required: AtomicBool::new(true),
+            loops: AtomicU64::new(0),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
@@ -200,9 +209,14 @@ impl NodeStats {
 
     /// A source's stream was lost or came back.
     pub fn stream_event(&self, kind: &crate::frame::EventKind) {
+        let mut lost_now = self.lost_now.lock().unwrap_or_else(|e| e.into_inner());
         match kind {
-            crate::frame::EventKind::Lost { .. } => self.losses.fetch_add(1, Ordering::Relaxed),
+            crate::frame::EventKind::Lost { reason } => {
+                *lost_now = Some((std::time::Instant::now(), reason.clone()));
+                self.losses.fetch_add(1, Ordering::Relaxed)
+            }
             crate::frame::EventKind::Reconnected { gap_ms, .. } => {
+                *lost_now = None;
                 self.longest_gap_ms.fetch_max(*gap_ms, Ordering::Relaxed);
                 self.reconnects.fetch_add(1, Ordering::Relaxed)
             }

@@ -151,7 +151,7 @@ impl Infer {
         };
         let mut stage = Infer {
             name,
-            model: path.display().to_string(),
+            model: crate::backend::ffmpeg::normalize(&path).display().to_string(),
             m,
             input,
             output_names,

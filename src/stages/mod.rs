@@ -45,6 +45,10 @@ pub trait Source: Send {
     fn is_live(&self) -> bool {
         false
     }
+    /// Whether `/readyz` waits for this source's stream while it is lost.
+    fn required(&self) -> bool {
+        true
+    }
     /// One line for the start-up log.
     fn describe(&self) -> String;
     /// How this source decodes, for the summary (video files).

@@ -145,14 +145,6 @@ impl FileSource {
                 return Err(cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(help));
             }
         };
-        match &decode {
-            Decode::Software(Some(why)) if !stdin => {
-                tracing::info!("source `{}`: software decode (hwaccel auto: {why})", node.name)
-            }
-            #[cfg(feature = "cuda")]
-            Decode::Nvdec(gpu, ..) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
-            _ => {}
-        }
         if let Some(note) = decoder.info.turn_note() {
             tracing::warn!("source `{}`: {note}", node.name);
         }
@@ -225,15 +217,10 @@ impl Source for FileSource {
     }
 
     fn describe(&self) -> String {
+        // The decode choice is said once, in the summary (`decode()`).
         let i = &self.decoder.info;
-        let decode = match &self.decode {
-            Decode::Software(None) => "FFmpeg software".to_string(),
-            Decode::Software(Some(why)) => format!("FFmpeg software; no NVDEC: {why}"),
-            #[cfg(feature = "cuda")]
-            Decode::Nvdec(gpu, ..) => format!("NVDEC on {}", gpu.name),
-        };
         format!(
-            "{} ({} {}x{}{}, decode: {decode}{})",
+            "{} ({} {}x{}{}{})",
             self.display_name(),
             i.codec,
             i.width,

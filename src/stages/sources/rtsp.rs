@@ -5,8 +5,10 @@
 //! data; ours aborts the blocked call when the pipeline stops, when a connect
 //! takes longer than `connect_timeout_ms`, or when no frame has arrived for
 //! `watchdog_ms` (a camera that hangs keeps its socket open and sends nothing).
-//! A lost stream is reported as a `lost` event; the source then reconnects with
-//! exponential backoff and reports `reconnected` with the gap and the attempts.
+//! A lost stream is reported as a `lost` event; the source then reconnects
+//! (attempts on an exponential backoff, and between them a cheap probe of the
+//! camera's port that starts an attempt as soon as the camera answers again:
+//! see [`Retry`]) and reports `reconnected` with the gap and the attempts.
 //! Frames are stamped in milliseconds since the source started, following the
 //! camera's clock within a connection and never going backwards. With
 //! `media = "audio"` the stream's audio is read instead, in timed windows
@@ -73,6 +75,117 @@ impl Backoff {
         self.rng ^= self.rng >> 27;
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// What a source whose stream is down does next (see [`Retry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing is due for this long.
+    Wait(Duration),
+    /// Knock on the camera's port (a TCP connect), then report with [`Retry::probed`].
+    Probe,
+    /// A full reconnection attempt, then [`Retry::open_failed`] if it fails.
+    Open,
+}
+
+/// When to retry a lost stream, in time since the loss: full reconnection
+/// attempts after the backoff's waits (doubling, so a camera that stays down
+/// is not hammered), and between them, for the first `window` of the outage,
+/// a cheap probe of the camera's port every `probe` interval. A probe that
+/// finds the port answering after it did not (the camera is back) brings the
+/// next attempt forward to now and starts the backoff again; a port that
+/// keeps answering (a hung camera) brings nothing forward, so attempts stay
+/// on the backoff's schedule.
+#[derive(Debug, Clone)]
+pub struct Retry {
+    backoff: Backoff,
+    /// `None`: no probing (only the backoff's attempts).
+    probe: Option<Duration>,
+    window: Duration,
+    next_open: Duration,
+    next_probe: Duration,
+    /// The last probe found the port answering.
+    answering: bool,
+}
+
+impl Retry {
+    pub fn new(backoff: Backoff, probe: Option<Duration>, window: Duration) -> Self {
+        let probe = probe.filter(|p| !p.is_zero());
+        Retry { backoff, probe, window, next_open: Duration::ZERO, next_probe: Duration::ZERO, answering: false }
+    }
+
+    /// A new outage: the first attempt after the backoff's wait, the first probe after one interval.
+    pub fn start(&mut self) {
+        self.next_open = self.backoff.next_delay();
+        self.next_probe = self.probe.unwrap_or(Duration::ZERO);
+        self.answering = false;
+    }
+
+    /// What to do at `t` since the loss.
+    pub fn next(&self, t: Duration) -> Step {
+        if t >= self.next_open {
+            return Step::Open;
+        }
+        let due = match self.probe {
+            Some(_) if self.next_probe < self.window => self.next_open.min(self.next_probe),
+            _ => self.next_open,
+        };
+        if t >= due { Step::Probe } else { Step::Wait(due - t) }
+    }
+
+    /// The probe at `t` found the port answering or not.
+    pub fn probed(&mut self, t: Duration, answering: bool) {
+        self.next_probe = t + self.probe.unwrap_or(Duration::ZERO);
+        if answering && !self.answering {
+            self.backoff.reset();
+            self.next_open = t;
+        }
+        self.answering = answering;
+    }
+
+    /// The attempt at `t` failed: the next one after the backoff's wait.
+    pub fn open_failed(&mut self, t: Duration) {
+        self.next_open = t + self.backoff.next_delay();
+    }
+
+    /// The stream was lost after being up for `up` (see [`Backoff::lost_after`]).
+    pub fn lost_after(&mut self, up: Duration) {
+        self.backoff.lost_after(up);
+    }
+}
+
+/// `host:port` of an `rtsp://` or `rtsps://` URL (default ports 554 and 322),
+/// credentials left out; `None` for anything else.
+pub fn probe_address(url: &str) -> Option<(String, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "rtsp" => 554,
+        "rtsps" => 322,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    let port = match port {
+        None | Some("") => default,
+        Some(p) => p.parse().ok()?,
+    };
+    (!host.is_empty()).then(|| (host.to_string(), port))
+}
+
+/// Does anything accept a TCP connection at `addr` within `timeout`?
+fn port_answers(addr: &(String, u16), timeout: Duration) -> bool {
+    use std::net::ToSocketAddrs;
+    let Ok(addrs) = (addr.0.as_str(), addr.1).to_socket_addrs() else { return false };
+    addrs.into_iter().any(|a| std::net::TcpStream::connect_timeout(&a, timeout).is_ok())
 }
 
 /// Shared with FFmpeg's interrupt callback: when the last sign of life was and
@@ -221,10 +334,14 @@ pub struct RtspSource {
     watchdog: Duration,
     reconnect: bool,
     max_retries: Option<u32>,
+    /// `/readyz` waits for this stream while it is lost.
+    required: bool,
     /// Why the camera did not answer at start (`wait_at_start`): the run
     /// starts with the stream lost.
     start_error: Option<String>,
-    backoff: Backoff,
+    retry: Retry,
+    /// The camera's host:port for the probes (`None`: no probing).
+    probe_at: Option<(String, u16)>,
     threads: usize,
     decoder: Option<Conn>,
     /// `media = "audio"`: (sample rate, window, hop).
@@ -252,6 +369,7 @@ impl RtspSource {
         let ms = |v: &toml::Spanned<u64>| Duration::from_millis(*v.get_ref());
         // Each source (and each run) jitters differently.
         let seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), (index, &node.name));
+        let probe_at = probe_address(&url).filter(|_| *c.probe_interval_ms.get_ref() > 0);
         let mut src = RtspSource {
             shown: mask_credentials(&url).into_owned(),
             url,
@@ -260,8 +378,14 @@ impl RtspSource {
             watchdog: ms(&c.watchdog_ms),
             reconnect: c.reconnect,
             max_retries: c.max_retries,
+            required: c.required,
             start_error: None,
-            backoff: Backoff::new(ms(&c.backoff_initial_ms), ms(&c.backoff_max_ms), seed),
+            retry: Retry::new(
+                Backoff::new(ms(&c.backoff_initial_ms), ms(&c.backoff_max_ms), seed),
+                Some(ms(&c.probe_interval_ms)),
+                ms(&c.probe_window_ms),
+            ),
+            probe_at,
             threads: c.decoder_threads,
             decoder: None,
             audio,
@@ -273,6 +397,9 @@ impl RtspSource {
                 (a, b) => a.or(b),
             },
         };
+        if src.probe_at.is_none() {
+            src.retry.probe = None;
+        }
         match src.connect() {
             Ok(decoder) => src.decoder = Some(decoder),
             Err(e) if c.wait_at_start => {
@@ -354,13 +481,31 @@ impl RtspSource {
         Ok(true)
     }
 
-    /// Connection attempts after the backoff's waits until one succeeds;
+    /// Connection attempts on the [`Retry`] schedule until one succeeds;
     /// `Ok(None)` when the pipeline stopped meanwhile.
     fn connect_with_backoff(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(Conn, u32)>, String> {
         let mut attempts = 0u32;
+        self.retry.start();
+        // A probe waits at most this long for the camera (a camera whose packets vanish).
+        let probe_timeout = self.connect_timeout.min(Duration::from_millis(500));
         loop {
-            if !Self::pause(ctx, self.backoff.next_delay()) {
+            if ctx.stopping() {
                 return Ok(None);
+            }
+            match self.retry.next(lost_at.elapsed()) {
+                Step::Wait(d) => {
+                    if !Self::pause(ctx, d) {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                Step::Probe => {
+                    let answering = self.probe_at.as_ref().is_some_and(|a| port_answers(a, probe_timeout));
+                    tracing::trace!("source `{}`: probe: camera port {}", ctx.name, if answering { "answers" } else { "silent" });
+                    self.retry.probed(lost_at.elapsed(), answering);
+                    continue;
+                }
+                Step::Open => {}
             }
             attempts += 1;
             match self.connect() {
@@ -374,6 +519,7 @@ impl RtspSource {
                             attempts
                         ));
                     }
+                    self.retry.open_failed(lost_at.elapsed());
                     if attempts.is_power_of_two() {
                         tracing::warn!("source `{}`: reconnect attempt {attempts} failed: {e}; retrying", ctx.name);
                     } else {
@@ -394,6 +540,10 @@ impl Source for RtspSource {
         true
     }
 
+    fn required(&self) -> bool {
+        self.required
+    }
+
     fn describe(&self) -> String {
         let (codec, size, fps) = match &self.decoder {
             Some(Conn::Video(d)) => {
@@ -412,10 +562,14 @@ impl Source for RtspSource {
         let reconnect = if !self.reconnect {
             "reconnect off".to_string()
         } else {
+            let probe = match (self.retry.probe, &self.probe_at) {
+                (Some(p), Some(_)) => format!(", probe every {} ms for {} s", p.as_millis(), self.retry.window.as_secs()),
+                _ => String::new(),
+            };
             format!(
-                "reconnect with backoff {} ms → {} ms, {}",
-                self.backoff.initial.as_millis(),
-                self.backoff.max.as_millis(),
+                "reconnect with backoff {} ms → {} ms{probe}, {}",
+                self.retry.backoff.initial.as_millis(),
+                self.retry.backoff.max.as_millis(),
                 self.max_retries.map_or("forever".to_string(), |m| format!("at most {m} attempt(s)"))
             )
         };
@@ -530,7 +684,7 @@ impl Source for RtspSource {
                 break Ok(());
             }
             let lost_at = Instant::now();
-            self.backoff.lost_after(lost_at - connected_at);
+            self.retry.lost_after(lost_at - connected_at);
             ctx.event(EventKind::Lost { reason: reason.clone() });
             if !self.reconnect {
                 tracing::warn!("source `{}`: stream lost: {reason} (reconnect is off)", ctx.name);
@@ -620,6 +774,103 @@ mod tests {
     fn cap_below_initial_is_the_initial() {
         let b = Backoff::new(500 * MS, 100 * MS, 1);
         assert_eq!(b.base(), 500 * MS);
+    }
+
+    /// Drive a [`Retry`] against a camera whose port refuses until `back` and
+    /// then answers (and whose stream opens from then on): when the stream
+    /// reopens, and the (probes, attempts) made within the first `count_for`.
+    fn simulate(r: &mut Retry, back: Duration, count_for: Duration) -> (Duration, u32, u32) {
+        r.start();
+        let (mut t, mut probes, mut opens) = (Duration::ZERO, 0, 0);
+        loop {
+            match r.next(t) {
+                Step::Wait(d) => {
+                    assert!(!d.is_zero());
+                    t += d;
+                }
+                Step::Probe => {
+                    probes += u32::from(t < count_for);
+                    r.probed(t, t >= back);
+                }
+                Step::Open => {
+                    opens += u32::from(t < count_for);
+                    if t >= back {
+                        return (t, probes, opens);
+                    }
+                    r.open_failed(t);
+                }
+            }
+            assert!(t < Duration::from_secs(24 * 3600), "never reopened");
+        }
+    }
+
+    fn retry(probe_ms: u64) -> Retry {
+        Retry::new(Backoff::new(500 * MS, 30_000 * MS, 9), Some(Duration::from_millis(probe_ms)), 90_000 * MS)
+    }
+
+    #[test]
+    fn a_camera_back_within_the_window_is_reopened_within_one_probe_interval() {
+        for secs in [0.3, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 45.0, 60.0, 89.0] {
+            let back = Duration::from_secs_f64(secs);
+            let (at, ..) = simulate(&mut retry(250), back, Duration::ZERO);
+            assert!(at >= back && at - back <= 250 * MS, "camera back at {back:?}, reopened at {at:?}");
+        }
+        // Without probes: only the backoff (a 5 s outage waits for the attempt at ~7.5 s).
+        let mut r = Retry::new(Backoff::new(500 * MS, 30_000 * MS, 9), None, 90_000 * MS);
+        let (at, probes, _) = simulate(&mut r, 5000 * MS, Duration::from_secs(3600));
+        assert!(at - 5000 * MS > 500 * MS && probes == 0, "{at:?}, {probes} probes");
+    }
+
+    #[test]
+    fn a_camera_that_stays_down_is_not_hammered() {
+        let minute = Duration::from_secs(60);
+        // Down for an hour: within the first minute one probe per interval and
+        // the backoff's few attempts; after the window, no probes at all.
+        let (_, probes, opens) = simulate(&mut retry(250), Duration::from_secs(3600), minute);
+        assert!((235..=240).contains(&probes), "{probes} probes in the first minute");
+        assert!(opens <= 8, "{opens} attempts in the first minute");
+        let (_, probes_hour, opens_hour) = simulate(&mut retry(250), Duration::from_secs(3600), Duration::from_secs(3600));
+        assert!(probes_hour <= 90 * 4 + 1, "{probes_hour} probes in an hour: probing ends with the window");
+        // Attempts at most every 30 s (the cap, jittered down by a quarter) once the backoff is there.
+        assert!(opens_hour <= 8 + 3600 / 22, "{opens_hour} attempts in an hour");
+        // A camera back only after the window: the backoff's next attempt (at most the cap away).
+        let back = Duration::from_secs(100);
+        let (at, ..) = simulate(&mut retry(250), back, Duration::ZERO);
+        assert!(at >= back && at - back <= 30_000 * MS, "{at:?}");
+    }
+
+    #[test]
+    fn a_port_that_keeps_answering_keeps_attempts_on_the_backoff() {
+        // A hung camera: its port accepts, its stream never opens.
+        let mut r = retry(250);
+        r.start();
+        let (mut t, mut opens) = (Duration::ZERO, 0);
+        while t < Duration::from_secs(60) {
+            match r.next(t) {
+                Step::Wait(d) => t += d,
+                Step::Probe => r.probed(t, true),
+                Step::Open => {
+                    opens += 1;
+                    // Each attempt waits out a 1 s connect timeout.
+                    t += 1000 * MS;
+                    r.open_failed(t);
+                }
+            }
+        }
+        assert!(opens <= 9, "{opens} attempts in a minute on a hung camera");
+    }
+
+    #[test]
+    fn probe_address_takes_host_and_port_from_the_url() {
+        let a = |u: &str| probe_address(u);
+        assert_eq!(a("rtsp://127.0.0.1:18554/cam"), Some(("127.0.0.1".into(), 18554)));
+        assert_eq!(a("rtsp://admin:p@ss:w0rd@cam.local/stream1"), Some(("cam.local".into(), 554)));
+        assert_eq!(a("RTSPS://[fe80::1]:8322/x?y=1"), Some(("fe80::1".into(), 8322)));
+        assert_eq!(a("rtsps://[::1]/x"), Some(("::1".into(), 322)));
+        assert_eq!(a("rtsp://cam:/x"), Some(("cam".into(), 554)));
+        assert_eq!(a("rtsp://cam:99999/x"), None);
+        assert_eq!(a("http://cam/x"), None);
+        assert_eq!(a("rtsp:///x"), None);
     }
 
     #[test]
