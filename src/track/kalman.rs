@@ -2,6 +2,9 @@
 //! SORT use it: eight states (the four plus their velocities), noise scaled
 //! by the box height, one frame per step.
 
+// Small fixed-size matrices: index loops read like the formulas they implement.
+#![allow(clippy::needless_range_loop)]
+
 /// Position noise, per unit of box height.
 const STD_POSITION: f64 = 1.0 / 20.0;
 /// Velocity noise, per unit of box height.
