@@ -182,3 +182,73 @@ fn example_pipeline_validates() {
     let o = bin().args(["validate", "pipelines/track.toml"]).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// The example pipeline on the text sample (real decode, real PP-OCR
+/// detector): each text region of the ground truth is followed by one track
+/// id for its whole segment (confirmed from its second frame), ids are not
+/// reused, and each region's track ends once, after the lost-track buffer
+/// (10 frames at 10 fps), with its lifetime.
+#[test]
+fn text_regions_keep_one_id_each_for_their_segment() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("pipelines/track.toml"))
+        .unwrap()
+        .replace("../samples/", &format!("{}/samples/", root().display()))
+        .replace("../models/", &format!("{}/models/", root().display()))
+        .replace("../out/track.ndjson", "out.ndjson");
+    let p = dir.path().join("track.toml");
+    std::fs::write(&p, text).unwrap();
+    run(&p, &dir.path().join("r.json"));
+    let lines = read_ndjson(&dir.path().join("out.ndjson"));
+    let truth = truth("text-720p.truth.json");
+    assert_eq!(lines.len() as u64, truth.frames);
+    let mut id_of: std::collections::HashMap<(u64, usize), u64> = Default::default();
+    let mut ended = Vec::new();
+    for l in &lines {
+        let seq = l["seq"].as_u64().unwrap();
+        let seg = truth.segments.iter().position(|s| s.0 <= seq && seq < s.1).unwrap();
+        let tr = &l["results"]["tracks"];
+        ended.extend(tr["ended_tracks"].as_array().cloned().unwrap_or_default().into_iter().map(|e| (seq, e)));
+        let first = seq == truth.segments[seg].0;
+        for (k, gt) in truth.segments[seg].2.iter().enumerate() {
+            let on: Vec<&serde_json::Value> = tr["tracks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|t| t["state"] != "lost")
+                .filter(|t| {
+                    let b = t["bbox"].as_array().unwrap();
+                    iou(gt, &[0, 1, 2, 3].map(|i| b[i].as_f64().unwrap())) > 0.5
+                })
+                .collect();
+            assert_eq!(on.len(), 1, "seq {seq}: one track on region {gt:?}: {tr}");
+            let want = if first { "tentative" } else { "confirmed" };
+            assert_eq!(on[0]["state"], want, "seq {seq}: {tr}");
+            if let Some(id) = on[0]["track_id"].as_u64() {
+                let was = *id_of.entry((seg as u64, k)).or_insert(id);
+                assert_eq!(was, id, "seq {seq}: region {gt:?} changed id");
+            }
+        }
+    }
+    let boxes: usize = truth.segments.iter().map(|s| s.2.len()).sum();
+    let mut ids: Vec<u64> = id_of.values().copied().collect();
+    ids.sort();
+    assert_eq!(ids, (1..=boxes as u64).collect::<Vec<_>>(), "one id per region, none reused");
+    // Regions of all but the last segment end 10 frames after their segment.
+    let mut ended_ids: Vec<u64> = ended.iter().map(|(_, e)| e["track_id"].as_u64().unwrap()).collect();
+    ended_ids.sort();
+    let last_segment = truth.segments.len() - 1;
+    let want: Vec<u64> = {
+        let mut w: Vec<u64> = id_of.iter().filter(|((s, _), _)| (*s as usize) < last_segment).map(|(_, id)| *id).collect();
+        w.sort();
+        w
+    };
+    assert_eq!(ended_ids, want, "{ended:?}");
+    for (seq, e) in &ended {
+        let (first, last) = (e["first_seq"].as_u64().unwrap(), e["last_seq"].as_u64().unwrap());
+        let seg = truth.segments.iter().find(|s| s.0 == first).unwrap_or_else(|| panic!("{e}: starts at a segment start"));
+        assert_eq!((last, *seq), (seg.1 - 1, seg.1 - 1 + 11), "{e}");
+        assert_eq!(e["hits"].as_u64(), Some(seg.1 - seg.0), "{e}");
+    }
+}
