@@ -252,3 +252,37 @@ fn text_regions_keep_one_id_each_for_their_segment() {
         assert_eq!(e["hits"].as_u64(), Some(seg.1 - seg.0), "{e}");
     }
 }
+
+/// Streams are tracked apart: each has its own ids, from 1.
+#[test]
+fn each_stream_has_its_own_tracks() {
+    let dir = tempfile::tempdir().unwrap();
+    let dets = dir.path().join("dets.txt");
+    let text: String = (1..=5).map(|fr| format!("{fr},-1,{},100,40,100,0.9\n{fr},-1,400,{},40,100,0.9\n", 10 * fr, 10 * fr)).collect();
+    std::fs::write(&dets, text).unwrap();
+    let p = dir.path().join("p.toml");
+    let src = |n: &str| format!("[sources.{n}]\nkind = \"detections\"\nuri = \"{}\"\n", dets.display());
+    std::fs::write(
+        &p,
+        format!(
+            "{}{}[stages.trk]\nkind = \"track\"\ninputs = [\"a\", \"b\"]\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"trk\"]\npath = \"out.ndjson\"\n",
+            src("a"),
+            src("b")
+        ),
+    )
+    .unwrap();
+    run(&p, &dir.path().join("r.json"));
+    let lines = read_ndjson(&dir.path().join("out.ndjson"));
+    assert_eq!(lines.len(), 10);
+    for stream in ["a", "b"] {
+        let mut ids: Vec<u64> = lines
+            .iter()
+            .filter(|l| l["stream"] == stream)
+            .flat_map(|l| l["results"]["trk"]["tracks"].as_array().unwrap().clone())
+            .filter_map(|t| t["track_id"].as_u64())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids, vec![1, 2], "stream {stream}");
+    }
+}
