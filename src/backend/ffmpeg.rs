@@ -289,11 +289,43 @@ pub struct VideoDecoder {
     /// Stretches of corrupt data, each ended by a keyframe (or the end of the stream).
     pub corrupt_bursts: u64,
     burst: Option<Burst>,
+    /// Set when the input ended by itself short of what its container says
+    /// (see [`Truncation`]); the frames of a damaged stretch running into the
+    /// cut are counted here, not as corrupt data.
+    pub truncated: Option<Truncation>,
+    /// Packets of the video stream read so far, and the earliest and latest
+    /// timestamps among them (stream time base): how far the input got.
+    packets: u64,
+    packet_span: Option<(i64, i64)>,
     pub info: StreamInfo,
     /// Reading ended because the interrupt asked it to (the pipeline is stopping).
     interrupted: bool,
     /// Last, so stdin's mode comes back after the input is closed.
     _stdin: Option<NonBlockingStdin>,
+}
+
+/// An input that ended early: the demuxer reached the end of the data
+/// before the frame count its container lists (mp4, mov), before the
+/// duration it declares (Matroska, WebM), or part-way through a packet
+/// (MPEG-TS, whose duration is read from its last packets and so cannot tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// Frames the whole input would have had, as its container says
+    /// (listed, or duration × frame rate); `None` when it does not say.
+    pub expected: Option<u64>,
+    /// Frames of the damaged stretch that ran into the cut (incomplete data), not counted as corrupt.
+    pub lost_at_cut: u64,
+}
+
+impl Truncation {
+    /// `truncated: ended early after N frames (expected about M)`, N the frames given.
+    pub fn describe(&self, frames: u64) -> String {
+        let expected = match self.expected {
+            Some(m) => format!("expected about {m}"),
+            None => "the file ends part-way through a packet".into(),
+        };
+        format!("truncated: ended early after {frames} frames ({expected})")
+    }
 }
 
 /// A stretch of corrupt input being skipped.
@@ -405,6 +437,9 @@ impl VideoDecoder {
             skipped_frames: 0,
             corrupt_bursts: 0,
             burst: None,
+            truncated: None,
+            packets: 0,
+            packet_span: None,
             info,
             interrupted: false,
             _stdin: stdin,
@@ -433,7 +468,7 @@ impl VideoDecoder {
                     return Ok(Some(&self.frame));
                 }
                 Err(ff::Error::Eof) => {
-                    self.end_burst(None);
+                    self.end_of_input();
                     return Ok(None);
                 }
                 Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => {}
@@ -445,11 +480,55 @@ impl VideoDecoder {
                 }
             }
             if self.eof_sent {
-                self.end_burst(None);
+                self.end_of_input();
                 return Ok(None);
             }
             self.feed();
         }
+    }
+
+    /// The decoder has given its last frame: tell a cut input from one that
+    /// ended where its container says, and close the open stretch of corrupt
+    /// data (at a cut, its frames are the cut's, not corrupt data).
+    fn end_of_input(&mut self) {
+        if self.truncated.is_none() && !self.interrupted {
+            self.truncated = self.truncation();
+            if let (Some(t), Some(b)) = (self.truncated.as_mut(), self.burst.take()) {
+                t.lost_at_cut = b.frames;
+                self.skipped_frames -= b.frames;
+                tracing::debug!(path = %self.path, frames = b.frames, "incomplete frames at the cut");
+            }
+        }
+        self.end_burst(None);
+    }
+
+    /// Whether the input, read to its end, stops short of what its container says.
+    fn truncation(&self) -> Option<Truncation> {
+        let cut = |expected| Some(Truncation { expected, lost_at_cut: 0 });
+        if let Some(n) = self.info.declared_frames {
+            // One short: an edit list or a last frame dropped, not a cut.
+            return if self.packets + 1 < n { cut(Some(n)) } else { None };
+        }
+        if let (Some(duration), Some(fps)) = (self.info.duration, self.info.fps) {
+            let (num, den) = self.info.time_base;
+            let reached = self.packet_span.map_or(0.0, |(a, b)| (b - a) as f64 * num as f64 / den.max(1) as f64 + 1.0 / fps);
+            if reached + 1.5 / fps < duration {
+                return cut(Some((duration * fps).round() as u64));
+            }
+        }
+        // MPEG-TS comes in packets of 188 bytes (192 in M2TS, 204 with FEC): a file
+        // ending inside one was cut.
+        if self.input.format().name().split(',').any(|n| n == "mpegts") {
+            // SAFETY: reads the size of the open input's own I/O context (null for none); no data is read.
+            let size = unsafe {
+                let pb = (*self.input.as_ptr()).pb;
+                if pb.is_null() { -1 } else { ffi::avio_size(pb) }
+            };
+            if size > 0 && [188, 192, 204].iter().all(|p| size % p != 0) {
+                return cut(None);
+            }
+        }
+        None
     }
 
     /// The read error that ended the input (`None`: it ended normally, or has not ended).
@@ -489,6 +568,10 @@ impl VideoDecoder {
         loop {
             match packet.read(&mut self.input) {
                 Ok(()) if packet.stream() == self.stream_index => {
+                    self.packets += 1;
+                    if let Some(p) = packet.pts().or(packet.dts()) {
+                        self.packet_span = Some(self.packet_span.map_or((p, p), |(a, b)| (a.min(p), b.max(p))));
+                    }
                     if let Err(e) = self.decoder.send_packet(&packet) {
                         tracing::debug!(path = %self.path, error = %e, "packet rejected");
                         self.damaged(packet.pts());

@@ -280,7 +280,7 @@ impl RunReport {
         for n in self.nodes.iter().filter(|n| n.role == "source" && n.decode_errors > 0) {
             let _ = writeln!(
                 s,
-                "{}: {} frame(s) skipped for corrupt data in {} stretch(es), each resumed at the next keyframe",
+                "{}: {} frame(s) skipped for corrupt data in {} stretch(es)",
                 n.name, n.decode_errors, n.corrupt_bursts
             );
         }

@@ -469,7 +469,9 @@ impl Decode<'_> {
             }
         }
         let skipped = corrupt(&dec, bad);
-        let result = if let Some(err) = &dec.read_error {
+        let result = if let Some(t) = dec.truncated.filter(|_| !hit_limit) {
+            Err(t.describe(n))
+        } else if let Some(err) = &dec.read_error {
             Err(format!("read error after {n} frame(s): {err} (truncated?)"))
         } else if skipped.frames > 0 {
             Err(format!("corrupt data: {} frame(s) skipped in {} stretch(es) ({n} frame(s) decoded)", skipped.frames, skipped.bursts))

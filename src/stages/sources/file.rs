@@ -270,8 +270,6 @@ impl Source for FileSource {
         let name = self.display_name();
         let mut seq = self.next_seq;
         let first_seq = seq;
-        // The earliest and latest pts of this pass (input time), for the truncation check.
-        let mut span: Option<(i64, i64)> = None;
         let mut bad_frames = 0u64;
         // Realtime pacing: the first frame's pts and when it went out.
         let mut clock: Option<(i64, std::time::Instant)> = None;
@@ -319,9 +317,6 @@ impl Source for FileSource {
                     std::thread::sleep((due - std::time::Instant::now()).min(std::time::Duration::from_millis(50)));
                 }
             }
-            if let Some(p) = pts {
-                span = Some(span.map_or((p, p), |(a, b)| (a.min(p), b.max(p))));
-            }
             let pts = pts.map(|p| p + self.pts_offset);
             self.last_pts = pts.or(self.last_pts);
             let frame = ctx.new_frame(seq, pts, tb, Some(Arc::new(image)));
@@ -347,67 +342,13 @@ impl Source for FileSource {
             None => format!("{skipped} frame(s) skipped as corrupt"),
         };
         if ended && seq == 0 {
+            let why = self.decoder.truncated.map_or(why, |t| t.describe(0));
             return Err(format!("{name}: no frame could be decoded ({why})"));
         }
-        if ended {
-            let secs = |t: i64| t as f64 * tb.0 as f64 / tb.1.max(1) as f64;
-            let reached = span.map(|(a, b)| secs(b - a) + self.decoder.info.fps.map_or(0.0, |f| 1.0 / f));
-            if let Some(short) = shortfall(&self.decoder.info, seq - first_seq, reached) {
-                tracing::warn!("{name}: {short} ({why}): truncated or corrupt");
-            }
+        // Cut short (a copy or a download that stopped, a recording whose writer died): a source error.
+        if let Some(t) = self.decoder.truncated.filter(|_| ended) {
+            return Err(format!("{name}: {}", t.describe(seq - first_seq)));
         }
         Ok(())
-    }
-}
-
-/// How an input that ended by itself falls short of what its container says,
-/// if it does by more than a frame: `frames` decoded against the frame count
-/// the container lists, or, when it lists none, `reached` (seconds from the
-/// first frame to the end of the last) against the container's duration. No
-/// estimate is presented as something the container said.
-fn shortfall(info: &StreamInfo, frames: u64, reached: Option<f64>) -> Option<String> {
-    if let Some(n) = info.declared_frames {
-        return (frames + 1 < n).then(|| format!("ended after {frames} of the {n} frames its container lists"));
-    }
-    let (duration, fps, reached) = (info.duration?, info.fps?, reached?);
-    (reached + 1.5 / fps < duration).then(|| format!("ended at {reached:.2} s of the {duration:.2} s its container declares"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(declared_frames: Option<u64>, duration: Option<f64>) -> StreamInfo {
-        StreamInfo {
-            codec: "h264".into(),
-            width: 64,
-            height: 48,
-            time_base: (1, 1000),
-            fps: Some(25.0),
-            frames: declared_frames.or(duration.map(|d| (d * 25.0).round() as u64)),
-            declared_frames,
-            duration,
-            rotation: None,
-        }
-    }
-
-    #[test]
-    fn a_listed_frame_count_is_compared_as_a_count() {
-        let i = info(Some(100), Some(4.0));
-        assert_eq!(shortfall(&i, 40, Some(1.6)).as_deref(), Some("ended after 40 of the 100 frames its container lists"));
-        assert_eq!(shortfall(&i, 99, Some(3.96)), None, "one frame short: an edit list or a last frame dropped, not a cut");
-        assert_eq!(shortfall(&i, 100, Some(4.0)), None);
-    }
-
-    /// Without a listed count (Matroska, WebM, MPEG-TS) the frame count is an
-    /// estimate (duration × fps): the message gives the times instead.
-    #[test]
-    fn without_a_listed_count_the_times_are_compared() {
-        let i = info(None, Some(10.0));
-        assert_eq!(shortfall(&i, 100, Some(4.0)).as_deref(), Some("ended at 4.00 s of the 10.00 s its container declares"));
-        assert_eq!(shortfall(&i, 249, Some(9.96)), None, "within a frame and a half of the end");
-        assert_eq!(shortfall(&i, 250, Some(10.0)), None);
-        assert_eq!(shortfall(&info(None, None), 1, Some(0.04)), None, "no duration: nothing to compare with");
-        assert_eq!(shortfall(&i, 0, None), None, "no timestamps: nothing to compare with");
     }
 }
