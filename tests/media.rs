@@ -335,7 +335,10 @@ fn a_cut_file_says_how_far_it_got() {
     };
     for (name, extra) in [("cut.mp4", &["-movflags", "+faststart"][..]), ("cut.mkv", &[][..])] {
         let (decoded, err) = run(name, extra);
-        let line = format!("error: source `cam`: {}: truncated: ended early after {decoded} frames (expected about 100)", dir.path().join(name).display());
+        let line = format!(
+            "error: source `cam`: {}: truncated: ended early after {decoded} frames (expected about 100)",
+            dir.path().join(name).display()
+        );
         assert!(err.contains(&line), "{line}\nin:\n{err}");
     }
 }
@@ -484,5 +487,76 @@ fn audio_formats_decode_and_the_beep_is_found() {
         let at = |t: f64| &lines[(t / 0.032) as usize]["results"]["level"];
         assert!((at(2.15)["rms_db"].as_f64().unwrap() + 6.0).abs() < 1.5, "{f}: {}", at(2.15));
         assert!(at(1.0)["rms_db"].as_f64().unwrap() < -50.0, "{f}: {}", at(1.0));
+    }
+}
+
+/// Mean absolute difference of two RGB images of one size (per channel, 0-255).
+fn mean_diff(a: &image::RgbImage, b: &image::RgbImage) -> f64 {
+    assert_eq!(a.dimensions(), b.dimensions());
+    let sum: u64 = a.as_raw().iter().zip(b.as_raw()).map(|(x, y)| x.abs_diff(*y) as u64).sum();
+    sum as f64 / a.as_raw().len() as f64
+}
+
+/// `rotate = "auto"`: a clip whose display matrix asks for a quarter turn
+/// (as phones store portrait video) reaches the pipeline turned: width and
+/// height swap for 90° and 270°, and the pixels are those ffmpeg shows when
+/// it turns the clip itself (its autorotate). Without the key frames stay as stored.
+#[test]
+fn rotate_auto_turns_frames_as_the_display_matrix_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.mp4");
+    ffmpeg(
+        &["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25", "-frames:v", "3", "-c:v", "libx264", "-pix_fmt", "yuv420p"]
+            .into_iter()
+            .chain(["-threads", "1", plain.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    for rotate in [90, 180, 270] {
+        let turned = dir.path().join(format!("turned-{rotate}.mp4"));
+        let meta = format!("rotate={rotate}");
+        ffmpeg(&["-i", plain.to_str().unwrap(), "-c", "copy", "-metadata:s:v:0", &meta, turned.to_str().unwrap()]);
+        // What ffmpeg shows: the clip turned as its display matrix asks.
+        let want = frame_png(&turned, 0, dir.path());
+        for mode in ["auto", "none"] {
+            let out = dir.path().join(format!("{rotate}-{mode}"));
+            let toml = dir.path().join(format!("{rotate}-{mode}.toml"));
+            std::fs::write(
+                &toml,
+                format!(
+                    "[sources.cam]\nkind = \"file\"\nuri = \"{}\"\nrotate = \"{mode}\"\n\n\
+                     [sinks.frames]\nkind = \"images\"\ninputs = [\"cam\"]\nfolder = \"{}\"\nformat = \"png\"\nannotate = false\n\n\
+                     [sinks.out]\nkind = \"ndjson\"\ninputs = [\"cam\"]\npath = \"{}\"\n",
+                    turned.display(),
+                    out.display(),
+                    out.join("out.ndjson").display()
+                ),
+            )
+            .unwrap();
+            let o = bin().arg("run").arg(&toml).args(["--progress", "never"]).output().unwrap();
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{err}");
+            let lines = read_ndjson(&out.join("out.ndjson"));
+            assert_eq!(lines.len(), 3, "{err}");
+            let size = (lines[0]["width"].as_u64().unwrap(), lines[0]["height"].as_u64().unwrap());
+            let mut pngs: Vec<PathBuf> =
+                std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "png")).collect();
+            pngs.sort();
+            let got = image::open(&pngs[0]).unwrap().to_rgb8();
+            if mode == "auto" {
+                let expect = if rotate == 180 { (320, 240) } else { (240, 320) };
+                assert_eq!(size, expect, "{rotate}°: width and height as turned: {err}");
+                assert!(err.contains("° clockwise, as the container's display matrix asks"), "{err}");
+                let d = mean_diff(&got, &want);
+                eprintln!("{rotate}°: mean difference from ffmpeg's turned frame {d:.2}");
+                assert!(d < 3.0, "{rotate}°: the turned frame is ffmpeg's turned frame (mean difference {d:.2})");
+            } else {
+                assert_eq!(size, (320, 240), "{rotate}°: as stored: {err}");
+                assert!(err.contains("frames are processed as stored, not turned"), "{err}");
+                if rotate == 180 {
+                    let d = mean_diff(&got, &want);
+                    assert!(d > 20.0, "the stored frame is not the turned one (mean difference {d:.2}): the check above can fail");
+                }
+            }
+        }
     }
 }

@@ -260,6 +260,12 @@ pub struct StreamInfo {
 }
 
 impl StreamInfo {
+    /// The quarter turn (90, 180, 270 degrees clockwise) the container asks
+    /// for, when it asks for one.
+    pub fn quarter_turn(&self) -> Option<u32> {
+        self.rotation.map(|r| r as u32).filter(|r| [90, 180, 270].contains(r))
+    }
+
     /// What the container asks a player to do with the picture, and that it
     /// is not done, in words for the log; `None` when it asks nothing.
     pub fn turn_note(&self) -> Option<String> {
@@ -911,6 +917,138 @@ pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image,
     let base = buf.as_ptr() as usize;
     let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
     Ok(Image { width: w, height: h, format: frame.format(), color: color_of(frame), offsets, strides, storage: Storage::Host(buf) })
+}
+
+/// `image` turned `degrees` clockwise (90, 180 or 270) into a pooled host
+/// buffer of the same pixel format: width and height swap for 90 and 270.
+/// Each plane is turned element by element (a pixel of a packed plane, a
+/// chroma pair of NV12); formats whose chroma is subsampled unevenly (4:2:2,
+/// 4:1:1) cannot be turned a quarter in their own layout, nor packed ones
+/// whose pixels share chroma (YUYV) turned at all: those are refused.
+pub fn turn_image(image: &Image, degrees: u32, pool: &Pool<u8>) -> Result<Image, String> {
+    let src = image.host().ok_or("the picture is not in host memory")?;
+    let fmt: ffi::AVPixelFormat = image.format.into();
+    // SAFETY: a lookup in FFmpeg's static pixel format table; null for an unknown format.
+    let desc = unsafe { ffi::av_pix_fmt_desc_get(fmt) };
+    if desc.is_null() {
+        return Err(format!("cannot turn a {:?} picture", image.format));
+    }
+    // SAFETY: non-null descriptors are static.
+    let desc = unsafe { &*desc };
+    let unsupported = (ffi::AV_PIX_FMT_FLAG_BITSTREAM | ffi::AV_PIX_FMT_FLAG_HWACCEL | ffi::AV_PIX_FMT_FLAG_PAL) as u64;
+    let quarter = degrees % 180 == 90;
+    if desc.flags & unsupported != 0 || (quarter && desc.log2_chroma_w != desc.log2_chroma_h) {
+        return Err(format!("cannot turn a {:?} picture {degrees}°", image.format));
+    }
+    let (w, h) = (image.width, image.height);
+    let (tw, th) = if quarter { (h, w) } else { (w, h) };
+    // SAFETY: plain arithmetic on the format descriptor.
+    let size = unsafe { ffi::av_image_get_buffer_size(fmt, tw as i32, th as i32, 1) };
+    if size <= 0 {
+        return Err(format!("cannot lay out a turned {tw}x{th} {:?} picture", image.format));
+    }
+    let mut buf = pool.get(size as usize);
+    let mut ptrs = [std::ptr::null_mut::<u8>(); 4];
+    let mut strides = [0i32; 4];
+    // SAFETY: computes plane pointers into `buf` (of the size just asked for) for the packed layout.
+    let filled = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), fmt, tw as i32, th as i32, 1) };
+    if filled < 0 {
+        return Err(format!("cannot lay out a turned picture ({filled})"));
+    }
+    let base = buf.as_ptr() as usize;
+    let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+    let ceil_shift = |v: u32, s: u8| (v + (1 << s) - 1) >> s;
+    for plane in 0..4usize {
+        let comps = &desc.comp[..desc.nb_components as usize];
+        let Some(step) = comps.iter().filter(|c| c.plane as usize == plane).map(|c| c.step as usize).max() else { continue };
+        // Packed with shared chroma (YUYV: Y U Y V): a pixel is not an element of its own.
+        if comps.iter().any(|c| c.plane as usize == plane && c.step as usize != step) {
+            return Err(format!("cannot turn a {:?} picture", image.format));
+        }
+        // Chroma planes (components 1 and 2 without luma) are subsampled; the others are full size.
+        let chroma = comps.iter().enumerate().all(|(i, c)| c.plane as usize != plane || i == 1 || i == 2) && desc.nb_components >= 3;
+        let (pw, ph) = if chroma { (ceil_shift(w, desc.log2_chroma_w), ceil_shift(h, desc.log2_chroma_h)) } else { (w, h) };
+        let (pw, ph) = (pw as usize, ph as usize);
+        let (sstride, dstride) = (image.strides[plane] as usize, strides[plane] as usize);
+        let (so, d0) = (image.offsets[plane], offsets[plane]);
+        if src.len() < so + sstride * ph.saturating_sub(1) + pw * step {
+            return Err("the picture is smaller than its layout".into());
+        }
+        for sy in 0..ph {
+            let row = &src[so + sy * sstride..so + sy * sstride + pw * step];
+            for sx in 0..pw {
+                let (dx, dy) = match degrees {
+                    90 => (ph - 1 - sy, sx),
+                    180 => (pw - 1 - sx, ph - 1 - sy),
+                    _ => (sy, pw - 1 - sx),
+                };
+                let d = d0 + dy * dstride + dx * step;
+                buf[d..d + step].copy_from_slice(&row[sx * step..sx * step + step]);
+            }
+        }
+    }
+    Ok(Image { width: tw, height: th, format: image.format, color: image.color, offsets, strides, storage: Storage::Host(buf) })
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::*;
+
+    /// A packed host image of `fmt`, `w` x `h`, its bytes `data`.
+    fn image(fmt: Pixel, w: u32, h: u32, data: &[u8], pool: &Pool<u8>) -> Image {
+        let f: ffi::AVPixelFormat = fmt.into();
+        let mut buf = pool.get(data.len());
+        buf.copy_from_slice(data);
+        let (mut ptrs, mut strides) = ([std::ptr::null_mut::<u8>(); 4], [0i32; 4]);
+        // SAFETY: plane pointers into `buf`, which holds the packed layout of this size (checked by the caller).
+        let n = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), f, w as i32, h as i32, 1) };
+        assert_eq!(n as usize, data.len());
+        let base = buf.as_ptr() as usize;
+        let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+        Image {
+            width: w,
+            height: h,
+            format: fmt,
+            color: ColorInfo { matrix: Matrix::Bt601, full_range: false },
+            offsets,
+            strides,
+            storage: Storage::Host(buf),
+        }
+    }
+
+    #[test]
+    fn a_quarter_turn_clockwise_puts_the_bottom_left_corner_top_left() {
+        let pool = Pool::new(4);
+        // 3x2 grey:  1 2 3 / 4 5 6  turned 90° clockwise is 2x3:  4 1 / 5 2 / 6 3
+        let g = image(Pixel::GRAY8, 3, 2, &[1, 2, 3, 4, 5, 6], &pool);
+        let t = turn_image(&g, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (2, 3, &[4, 1, 5, 2, 6, 3][..]));
+        let t = turn_image(&g, 270, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (2, 3, &[3, 6, 2, 5, 1, 4][..]));
+        let t = turn_image(&g, 180, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (3, 2, &[6, 5, 4, 3, 2, 1][..]));
+    }
+
+    /// NV12's chroma pairs move as one element; four quarter turns give the picture back.
+    #[test]
+    fn chroma_pairs_turn_whole_and_four_turns_are_none() {
+        let pool = Pool::new(8);
+        // 4x2 NV12: 8 luma bytes, one row of two (U, V) pairs.
+        let data = [10, 11, 12, 13, 14, 15, 16, 17, 100, 200, 101, 201];
+        let img = image(Pixel::NV12, 4, 2, &data, &pool);
+        let t = turn_image(&img, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height), (2, 4));
+        let chroma = &t.host().unwrap()[t.offsets[1]..];
+        assert_eq!(chroma, [100, 200, 101, 201], "pairs kept whole, one per row of the turned picture");
+        let mut back = img;
+        for _ in 0..4 {
+            back = turn_image(&back, 90, &pool).unwrap();
+        }
+        assert_eq!(back.host().unwrap(), data);
+        let yuyv = image(Pixel::YUYV422, 2, 2, &[0; 8], &pool);
+        assert!(turn_image(&yuyv, 90, &pool).is_err(), "4:2:2 cannot be turned a quarter in its own layout");
+        assert!(turn_image(&yuyv, 180, &pool).is_err(), "nor can a layout whose pixels share their chroma");
+    }
 }
 
 /// A swscale context from one image geometry to a packed RGB24/BGR24 output,

@@ -141,6 +141,19 @@ pub struct FileSourceConfig {
     /// the input (default `uridecodebin uri={uri}`); the frames are taken from
     /// its `appsink` (one is added when the line has none).
     pub launch: Option<Spanned<String>>,
+    /// Turn frames as the container's display matrix asks (`auto`), or process them as stored (`none`, default).
+    pub rotate: Option<Spanned<Rotate>>,
+}
+
+/// `rotate` of a `file` or `dir` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rotate {
+    /// Frames as stored; a warning says what the container asks for.
+    #[default]
+    None,
+    /// Frames turned by a quarter turn the display matrix asks for (90°, 180°, 270°) before the pipeline sees them.
+    Auto,
 }
 
 fn ffmpeg_backend() -> Spanned<DecodeBackend> {
@@ -191,6 +204,9 @@ pub struct DirSourceConfig {
     pub window: Option<Spanned<usize>>,
     /// Audio: samples between window starts (default: the window).
     pub hop: Option<Spanned<usize>>,
+    /// Video: turn frames as each file's display matrix asks (`auto`), or process them as stored (`none`, default).
+    #[serde(default)]
+    pub rotate: Rotate,
 }
 
 /// `media` of a `dir` or `rtsp` source: what it reads.

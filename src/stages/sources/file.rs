@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{FfmpegError, InputOptions, StreamInfo, VideoDecoder, copy_to_image, shown_name};
-use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
+use crate::backend::ffmpeg::{FfmpegError, InputOptions, VideoDecoder, copy_to_image, shown_name, turn_image};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, Rotate, is_url};
 use crate::frame::Pool;
 use crate::runtime::{Shutdown, SourceCtx};
 use crate::stages::Source;
@@ -32,6 +32,10 @@ pub struct FileSource {
     max_pixels: u64,
     /// Lets a stop abort a read from a stalled network stream or a silent pipe.
     stop: super::StopCell,
+    /// `rotate = "auto"`: frames are turned as the container's display matrix asks.
+    rotate: bool,
+    /// The quarter turn (degrees clockwise) applied to each frame, when one is.
+    turn: Option<u32>,
 }
 
 /// How this source decodes, as resolved at build time.
@@ -124,6 +128,22 @@ impl FileSource {
                 r => r,
             },
         };
+        let rotate = c.rotate.as_ref().is_some_and(|r| *r.get_ref() == Rotate::Auto);
+        // Frames are turned in host memory: a picture NVDEC decodes into GPU memory is not.
+        #[cfg(feature = "cuda")]
+        let opened = match opened {
+            Ok((d, Decode::Nvdec(..))) if rotate && d.info.quarter_turn().is_some() => {
+                if hw == HwAccel::Cuda {
+                    let span = c.rotate.as_ref().map(|r| r.span()).unwrap_or(c.uri.span());
+                    return Err(cfg
+                        .diag(span, format!("source `{}`: rotate = \"auto\" turns frames in host memory, not NVDEC's", node.name))
+                        .with_help("use hwaccel = \"auto\" or \"none\" with rotate = \"auto\""));
+                }
+                drop(d);
+                open(&open_path).map(|d| (d, Decode::Software(Some("rotate = \"auto\" turns frames in host memory".into()))))
+            }
+            r => r,
+        };
         let (decoder, decode) = match opened {
             Ok(d) => d,
             // Stopped while the input was being opened: not an error, the run stops.
@@ -153,8 +173,11 @@ impl FileSource {
             Decode::Nvdec(gpu, ..) => tracing::info!("source `{}`: NVDEC decode on {}", node.name, gpu.name),
             _ => {}
         }
-        if let Some(note) = decoder.info.turn_note() {
-            tracing::warn!("source `{}`: {note}", node.name);
+        let turn = decoder.info.quarter_turn().filter(|_| rotate);
+        match (turn, decoder.info.turn_note()) {
+            (Some(d), _) => tracing::info!("source `{}`: frames turned {d}° clockwise, as the container's display matrix asks", node.name),
+            (None, Some(note)) => tracing::warn!("source `{}`: {note}", node.name),
+            _ => {}
         }
         let uri = c.uri.get_ref();
         let live = c.realtime
@@ -178,6 +201,8 @@ impl FileSource {
             last_pts: None,
             max_pixels,
             stop,
+            rotate,
+            turn,
         }))
     }
 }
@@ -232,13 +257,13 @@ impl Source for FileSource {
             #[cfg(feature = "cuda")]
             Decode::Nvdec(gpu, ..) => format!("NVDEC on {}", gpu.name),
         };
+        let (w, h) = if self.turn.is_some_and(|d| d != 180) { (i.height, i.width) } else { (i.width, i.height) };
         format!(
-            "{} ({} {}x{}{}, decode: {decode}{})",
+            "{} ({} {w}x{h}{}{}, decode: {decode}{})",
             self.display_name(),
             i.codec,
-            i.width,
-            i.height,
             i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default(),
+            self.turn.map(|d| format!(", turned {d}°")).unwrap_or_default(),
             if self.realtime { ", paced in real time" } else { "" }
         )
     }
@@ -257,6 +282,7 @@ impl Source for FileSource {
             Decode::Nvdec(_, hw, _) => VideoDecoder::open_cuda(&self.path, hw, &self.opts),
         }
         .map_err(|e| e.to_string())?;
+        self.turn = self.decoder.info.quarter_turn().filter(|_| self.rotate);
         // Timestamps go on one frame after the last one.
         let (num, den) = self.decoder.info.time_base;
         let step = self.decoder.info.fps.map_or(1, |f| ((den as f64 / num.max(1) as f64) / f).round().max(1.0) as i64);
@@ -300,6 +326,10 @@ impl Source for FileSource {
                 Decode::Software(_) => copy_to_image(decoded, &self.pool),
                 #[cfg(feature = "cuda")]
                 Decode::Nvdec(gpu, _, held) => crate::backend::nvdec::device_image(decoded, gpu, Some(held)),
+            };
+            let image = match (image, self.turn) {
+                (Ok(i), Some(d)) => turn_image(&i, d, &self.pool),
+                (image, _) => image,
             };
             let image = match image {
                 Ok(i) => i,
