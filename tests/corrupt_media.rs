@@ -572,11 +572,7 @@ fn cut_files(dir: &Path) -> Vec<(PathBuf, u64)> {
     for (whole, name) in [(root().join("samples/text-720p.mp4"), "cut.mp4"), (ts.clone(), "cut.ts")] {
         let size = std::fs::metadata(&whole).unwrap().len() * 60 / 100;
         let cut = dir.join(name);
-        let st = Command::new("sh")
-            .arg("-c")
-            .arg(format!("head -c {size} '{}' > '{}'", whole.display(), cut.display()))
-            .status()
-            .unwrap();
+        let st = Command::new("sh").arg("-c").arg(format!("head -c {size} '{}' > '{}'", whole.display(), cut.display())).status().unwrap();
         assert!(st.success());
         out.push((cut, 100));
     }
