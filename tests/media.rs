@@ -560,3 +560,96 @@ fn rotate_auto_turns_frames_as_the_display_matrix_asks() {
         }
     }
 }
+
+/// A text detection pipeline on `source` (a TOML source table body) writing `out`.
+fn detect_toml(source: &str, out: &Path) -> String {
+    let models = root().join("models/ppocr/ch_PP-OCRv4_det_infer.onnx");
+    format!(
+        "[sources.cam]\n{source}\n\n[stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 640\nheight = 384\ncolor = \"bgr\"\n\
+         mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n\n[stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"{}\"\n\n\
+         [stages.boxes]\nkind = \"text_detection\"\ninputs = [\"det\"]\n\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"boxes\"]\npath = \"{}\"\n",
+        models.display(),
+        out.display()
+    )
+}
+
+/// An image sequence is one stream: a `%05d` pattern's images in number
+/// order at `fps`, giving the text boxes the clip they came from gives; a
+/// folder's images in natural name order (`f2` before `f10`), each frame the
+/// image itself, sizes free to change, an unreadable image skipped and
+/// counted as corrupt, keeping its place in time.
+#[test]
+fn an_image_sequence_is_one_stream_in_natural_order() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let seq = dir.path().join("seq");
+    std::fs::create_dir_all(&seq).unwrap();
+    let clip = root().join("samples/text-720p.mp4");
+    ffmpeg(&["-i", clip.to_str().unwrap(), "-frames:v", "12", seq.join("img%05d.png").to_str().unwrap()]);
+    let run = |toml: &str, name: &str| {
+        let p = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&p, toml).unwrap();
+        let report = dir.path().join(format!("{name}.json"));
+        let o = bin().arg("run").arg(&p).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{name}: {err}");
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let cam = r["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "cam").unwrap().clone();
+        (err, cam["decode_errors"].as_u64().unwrap())
+    };
+
+    // The pattern, at 10 fps (the clip's rate), against the clip itself.
+    let (from_clip, from_seq) = (dir.path().join("clip.ndjson"), dir.path().join("seq.ndjson"));
+    run(&detect_toml(&format!("kind = \"file\"\nuri = \"{}\"\nmax_frames = 12", clip.display()), &from_clip), "clip");
+    let pattern = format!("kind = \"image_sequence\"\npath = \"{}\"\nfps = 10", seq.join("img%05d.png").display());
+    let (err, bad) = run(&detect_toml(&pattern, &from_seq), "seq");
+    assert_eq!(bad, 0, "{err}");
+    let (a, b) = (read_ndjson(&from_clip), read_ndjson(&from_seq));
+    assert_eq!((a.len(), b.len()), (12, 12), "{err}");
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(y["seq"].as_u64(), Some(i as u64));
+        assert!((y["pts"].as_f64().unwrap() - i as f64 / 10.0).abs() < 1e-6, "pts {i}/fps: {y}");
+        let (bx, by) = (bboxes(x, "boxes"), bboxes(y, "boxes"));
+        assert!(!bx.is_empty() && bx.len() == by.len(), "frame {i}: {} boxes from the clip, {} from its images", bx.len(), by.len());
+        for g in &bx {
+            assert!(by.iter().any(|h| iou(g, h) >= 0.9), "frame {i}: box {g:?} of the clip not found in {by:?}");
+        }
+    }
+
+    // A folder named f1.png … f12.png (name order would put f10 first); f3 at
+    // another size, f6 not an image.
+    let folder = dir.path().join("folder");
+    std::fs::create_dir_all(&folder).unwrap();
+    for n in 1..=12 {
+        std::fs::copy(seq.join(format!("img{n:05}.png")), folder.join(format!("f{n}.png"))).unwrap();
+    }
+    let f3 = folder.join("f3.png");
+    ffmpeg(&["-i", seq.join("img00003.png").to_str().unwrap(), "-vf", "scale=640:360", f3.to_str().unwrap()]);
+    std::fs::write(folder.join("f6.png"), b"not an image").unwrap();
+    let snaps = dir.path().join("snaps");
+    let toml = format!(
+        "[sources.cam]\nkind = \"image_sequence\"\npath = \"{}\"\n\n[sinks.frames]\nkind = \"images\"\ninputs = [\"cam\"]\nfolder = \"{}\"\n\
+         format = \"png\"\nannotate = false\n\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"cam\"]\npath = \"{}\"\n",
+        folder.display(),
+        snaps.display(),
+        dir.path().join("folder.ndjson").display()
+    );
+    let (err, bad) = run(&toml, "folder");
+    assert_eq!(bad, 1, "the unreadable image is counted: {err}");
+    assert!(err.contains("f6.png: not a readable image"), "{err}");
+    let lines = read_ndjson(&dir.path().join("folder.ndjson"));
+    assert_eq!(lines.len(), 11, "{err}");
+    let images: Vec<u32> = (1..=12).filter(|n| *n != 6).collect();
+    let mut shots: Vec<PathBuf> = std::fs::read_dir(&snaps).unwrap().map(|e| e.unwrap().path()).collect();
+    shots.sort();
+    assert_eq!(shots.len(), 11);
+    for ((line, shot), n) in lines.iter().zip(&shots).zip(&images) {
+        let want = image::open(folder.join(format!("f{n}.png"))).unwrap().to_rgb8();
+        let got = image::open(shot).unwrap().to_rgb8();
+        assert_eq!((line["width"].as_u64(), line["height"].as_u64()), (Some(want.width() as u64), Some(want.height() as u64)), "f{n}");
+        assert!(mean_diff(&got, &want) < 0.5, "frame {} is f{n}.png", line["seq"]);
+        // 25 fps by default; the skipped f6 keeps its place in time.
+        assert!((line["pts"].as_f64().unwrap() - (n - 1) as f64 / 25.0).abs() < 1e-6, "f{n}: {line}");
+    }
+    assert_eq!(lines[2]["width"].as_u64(), Some(640), "f3 at its own size");
+}
