@@ -499,7 +499,9 @@ impl VideoDecoder {
     fn end_of_input(&mut self) {
         if self.truncated.is_none() && !self.interrupted {
             self.truncated = self.truncation();
-            if let (Some(t), Some(b)) = (self.truncated.as_mut(), self.burst.take()) {
+            if let Some(t) = self.truncated.as_mut()
+                && let Some(b) = self.burst.take()
+            {
                 t.lost_at_cut = b.frames;
                 self.skipped_frames -= b.frames;
                 tracing::debug!(path = %self.path, frames = b.frames, "incomplete frames at the cut");
