@@ -504,22 +504,27 @@ fn mean_diff(a: &image::RgbImage, b: &image::RgbImage) -> f64 {
 #[test]
 fn rotate_auto_turns_frames_as_the_display_matrix_asks() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain.mp4");
-    ffmpeg(
-        &["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25", "-frames:v", "3", "-c:v", "libx264", "-pix_fmt", "yuv420p"]
-            .into_iter()
-            .chain(["-threads", "1", plain.to_str().unwrap()])
-            .collect::<Vec<_>>(),
-    );
-    for rotate in [90, 180, 270] {
-        let turned = dir.path().join(format!("turned-{rotate}.mp4"));
+    for (pix_fmt, plain) in [("yuv420p", "plain.mp4"), ("yuv422p", "plain-422.mp4")] {
+        let plain = dir.path().join(plain);
+        let args = ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25", "-frames:v", "3", "-c:v", "libx264", "-pix_fmt", pix_fmt];
+        ffmpeg(&args.into_iter().chain(["-threads", "1", plain.to_str().unwrap()]).collect::<Vec<_>>());
+    }
+    // 4:2:2 cannot be turned a quarter in its own layout: it is turned in 4:4:4.
+    for (rotate, plain, turned) in [
+        (90, "plain.mp4", "turned-90.mp4"),
+        (180, "plain.mp4", "turned-180.mp4"),
+        (270, "plain.mp4", "turned-270.mp4"),
+        (90, "plain-422.mp4", "turned-422-90.mp4"),
+    ] {
+        let (plain, turned) = (dir.path().join(plain), dir.path().join(turned));
         let meta = format!("rotate={rotate}");
         ffmpeg(&["-i", plain.to_str().unwrap(), "-c", "copy", "-metadata:s:v:0", &meta, turned.to_str().unwrap()]);
         // What ffmpeg shows: the clip turned as its display matrix asks.
         let want = frame_png(&turned, 0, dir.path());
         for mode in ["auto", "none"] {
-            let out = dir.path().join(format!("{rotate}-{mode}"));
-            let toml = dir.path().join(format!("{rotate}-{mode}.toml"));
+            let stem = turned.file_stem().unwrap().to_string_lossy().into_owned();
+            let out = dir.path().join(format!("{stem}-{mode}"));
+            let toml = dir.path().join(format!("{stem}-{mode}.toml"));
             std::fs::write(
                 &toml,
                 format!(
@@ -547,7 +552,7 @@ fn rotate_auto_turns_frames_as_the_display_matrix_asks() {
                 assert_eq!(size, expect, "{rotate}°: width and height as turned: {err}");
                 assert!(err.contains("° clockwise, as the container's display matrix asks"), "{err}");
                 let d = mean_diff(&got, &want);
-                eprintln!("{rotate}°: mean difference from ffmpeg's turned frame {d:.2}");
+                eprintln!("{stem}: mean difference from ffmpeg's turned frame {d:.2}");
                 assert!(d < 4.0, "{rotate}°: the turned frame is ffmpeg's turned frame (mean difference {d:.2})");
                 let wrong = mean_diff(&got, &image::imageops::rotate180(&want));
                 assert!(wrong > 20.0, "{rotate}°: turned the other way would differ (mean difference {wrong:.2})");

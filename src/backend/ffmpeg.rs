@@ -921,6 +921,27 @@ pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image,
     Ok(Image { width: w, height: h, format: frame.format(), color: color_of(frame), offsets, strides, storage: Storage::Host(buf) })
 }
 
+/// `image` turned `degrees` clockwise (see [`turn_image`]); a layout that
+/// cannot be turned in place (4:2:2, YUYV, ...) is first converted to 4:4:4
+/// in its own colour matrix and range, and turned in that.
+pub fn turn_picture(image: &Image, degrees: u32, pool: &Pool<u8>) -> Result<Image, String> {
+    let refused = match turn_image(image, degrees, pool) {
+        Ok(t) => return Ok(t),
+        Err(e) => e,
+    };
+    if image.host().is_none() || image.format == Pixel::YUV444P {
+        return Err(refused);
+    }
+    let (w, h) = (image.width, image.height);
+    let mut scaler = Scaler::new_to(image, w, h, Pixel::YUV444P, sws_flags(crate::config::Interpolation::Bilinear), Some(image.color))
+        .map_err(|e| format!("{refused}: {e}"))?;
+    let mut full = ff::frame::Video::new(Pixel::YUV444P, w, h);
+    scaler.run_into(image, &mut full).map_err(|e| format!("{refused}: {e}"))?;
+    let mut full = copy_to_image(&full, pool)?;
+    full.color = image.color;
+    turn_image(&full, degrees, pool)
+}
+
 /// `image` turned `degrees` clockwise (90, 180 or 270) into a pooled host
 /// buffer of the same pixel format: width and height swap for 90 and 270.
 /// Each plane is turned element by element (a pixel of a packed plane, a
@@ -1050,6 +1071,17 @@ mod turn_tests {
         let yuyv = image(Pixel::YUYV422, 2, 2, &[0; 8], &pool);
         assert!(turn_image(&yuyv, 90, &pool).is_err(), "4:2:2 cannot be turned a quarter in its own layout");
         assert!(turn_image(&yuyv, 180, &pool).is_err(), "nor can a layout whose pixels share their chroma");
+        // Those are turned in 4:4:4: grey (Y 16 to 235, no colour) stays grey, turned.
+        let mut data = [128u8; 8];
+        for (i, y) in [16u8, 60, 180, 235].into_iter().enumerate() {
+            data[i * 2] = y;
+        }
+        let yuyv = image(Pixel::YUYV422, 2, 2, &data, &pool);
+        let t = turn_picture(&yuyv, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.format), (2, 2, Pixel::YUV444P));
+        let host = t.host().unwrap();
+        assert_eq!(&host[..4], [180, 16, 235, 60], "luma turned clockwise");
+        assert!(host[4..].iter().all(|c| c.abs_diff(128) <= 1), "no colour: {host:?}");
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image, turn_image};
+use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image, turn_picture};
 use crate::config::{Diagnostic, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
 use crate::frame::{AudioChunk, Image, InputEnd, Pool};
 use crate::runtime::report::FailedInput;
@@ -463,7 +463,7 @@ impl Decode<'_> {
             };
             let pts = frame.timestamp().or(frame.pts());
             let image = match (copy_to_image(frame, pool), turn) {
-                (Ok(i), Some(d)) => turn_image(&i, d, pool),
+                (Ok(i), Some(d)) => turn_picture(&i, d, pool),
                 (image, _) => image,
             };
             match image {

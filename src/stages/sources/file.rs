@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{FfmpegError, InputOptions, VideoDecoder, copy_to_image, shown_name, turn_image};
+use crate::backend::ffmpeg::{FfmpegError, InputOptions, VideoDecoder, copy_to_image, shown_name, turn_picture};
 use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, Rotate, is_url};
 use crate::frame::Pool;
 use crate::runtime::{Shutdown, SourceCtx};
@@ -328,7 +328,7 @@ impl Source for FileSource {
                 Decode::Nvdec(gpu, _, held) => crate::backend::nvdec::device_image(decoded, gpu, Some(held)),
             };
             let image = match (image, self.turn) {
-                (Ok(i), Some(d)) => turn_image(&i, d, &self.pool),
+                (Ok(i), Some(d)) => turn_picture(&i, d, &self.pool),
                 (image, _) => image,
             };
             let image = match image {
