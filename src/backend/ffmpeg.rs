@@ -65,6 +65,10 @@ pub struct InputOptions {
     /// more is refused at open, larger frames later count as corrupt
     /// (default [`DEFAULT_MAX_PIXELS`]).
     pub max_pixels: Option<u64>,
+    /// Video: damaged data is an error (the frame is skipped and counted)
+    /// rather than concealed (FFmpeg's `err_detect explode`); for still
+    /// images, where a concealed half-grey picture would pass as good.
+    pub strict: bool,
 }
 
 /// A question FFmpeg asks while it waits on an input: stop waiting?
@@ -362,7 +366,7 @@ impl VideoDecoder {
 
     fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
         let Opened { input, stdin } = open_input(path, opts)?;
-        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS))
+        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS), opts.strict)
     }
 
     fn with_input(
@@ -372,6 +376,7 @@ impl VideoDecoder {
         threads: usize,
         hw: Option<&HwDevice>,
         max_pixels: u64,
+        strict: bool,
     ) -> Result<Self, FfmpegError> {
         let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
@@ -395,6 +400,10 @@ impl VideoDecoder {
         // SAFETY: `ctx` is an unopened codec context we own; `max_pixels` is a
         // documented decoder option read when frames are allocated.
         unsafe { (*ctx.as_mut_ptr()).max_pixels = max_pixels.min(i64::MAX as u64) as i64 };
+        if strict {
+            // SAFETY: as above; `err_recognition` is a documented decoder option read when it opens.
+            unsafe { (*ctx.as_mut_ptr()).err_recognition |= ffi::AV_EF_EXPLODE };
+        }
         let decoder =
             ctx.decoder().video().map_err(|source| FfmpegError::Decoder { path: p.clone(), codec: format!("{codec_id:?}"), source })?;
         let tb = stream.time_base();

@@ -3,7 +3,8 @@
 //! pattern such as `img%05d.jpg` names, in natural name order (`img2` before
 //! `img10`; a pattern's files by their number). Each image is decoded by
 //! FFmpeg on its own, so sizes and formats may differ from one image to the
-//! next; an image that cannot be read is skipped and counted as corrupt data.
+//! next; an image that cannot be read, or is damaged (decoded strictly: a cut
+//! or corrupt JPEG is not concealed), is skipped and counted as corrupt data.
 //! Frame `i` of the sequence has the timestamp `i / fps`, skipped images
 //! keeping their place in time.
 
@@ -160,8 +161,12 @@ impl ImageSequence {
     /// Decode the one image of `file`.
     fn decode(&self, file: &Path) -> Result<Image, String> {
         // A name with a `%` in it is one file, not a pattern.
-        let opts =
-            InputOptions { options: vec![("pattern_type".into(), "none".into())], max_pixels: Some(self.max_pixels), ..Default::default() };
+        let opts = InputOptions {
+            options: vec![("pattern_type".into(), "none".into())],
+            max_pixels: Some(self.max_pixels),
+            strict: true,
+            ..Default::default()
+        };
         let mut dec = VideoDecoder::open_with(file, 1, &opts).map_err(|e| e.to_string())?;
         let image = match dec.next_frame().map_err(|e| e.to_string())? {
             Some(f) => copy_to_image(f, &self.pool)?,
