@@ -111,6 +111,10 @@ pub struct InputOptions {
     /// more is refused at open, larger frames later count as corrupt
     /// (default [`DEFAULT_MAX_PIXELS`]).
     pub max_pixels: Option<u64>,
+    /// Video: damaged data is an error (the frame is skipped and counted)
+    /// rather than concealed (FFmpeg's `err_detect explode`); for still
+    /// images, where a concealed half-grey picture would pass as good.
+    pub strict: bool,
 }
 
 /// A question FFmpeg asks while it waits on an input: stop waiting?
@@ -337,6 +341,12 @@ pub struct StreamInfo {
 }
 
 impl StreamInfo {
+    /// The quarter turn (90, 180, 270 degrees clockwise) the container asks
+    /// for, when it asks for one.
+    pub fn quarter_turn(&self) -> Option<u32> {
+        self.rotation.map(|r| r as u32).filter(|r| [90, 180, 270].contains(r))
+    }
+
     /// What the container asks a player to do with the picture, and that it
     /// is not done, in words for the log; `None` when it asks nothing.
     pub fn turn_note(&self) -> Option<String> {
@@ -366,11 +376,43 @@ pub struct VideoDecoder {
     /// Stretches of corrupt data, each ended by a keyframe (or the end of the stream).
     pub corrupt_bursts: u64,
     burst: Option<Burst>,
+    /// Set when the input ended by itself short of what its container says
+    /// (see [`Truncation`]); the frames of a damaged stretch running into the
+    /// cut are counted here, not as corrupt data.
+    pub truncated: Option<Truncation>,
+    /// Packets of the video stream read so far, and the earliest and latest
+    /// timestamps among them (stream time base): how far the input got.
+    packets: u64,
+    packet_span: Option<(i64, i64)>,
     pub info: StreamInfo,
     /// Reading ended because the interrupt asked it to (the pipeline is stopping).
     interrupted: bool,
     /// Last, so stdin's mode comes back after the input is closed.
     _stdin: Option<NonBlockingStdin>,
+}
+
+/// An input that ended early: the demuxer reached the end of the data
+/// before the frame count its container lists (mp4, mov), before the
+/// duration it declares (Matroska, WebM), or part-way through a packet
+/// (MPEG-TS, whose duration is read from its last packets and so cannot tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// Frames the whole input would have had, as its container says
+    /// (listed, or duration × frame rate); `None` when it does not say.
+    pub expected: Option<u64>,
+    /// Frames of the damaged stretch that ran into the cut (incomplete data), not counted as corrupt.
+    pub lost_at_cut: u64,
+}
+
+impl Truncation {
+    /// `truncated: ended early after N frames (expected about M)`, N the frames given.
+    pub fn describe(&self, frames: u64) -> String {
+        let expected = match self.expected {
+            Some(m) => format!("expected about {m}"),
+            None => "the file ends part-way through a packet".into(),
+        };
+        format!("truncated: ended early after {frames} frames ({expected})")
+    }
 }
 
 /// A stretch of corrupt input being skipped.
@@ -401,7 +443,7 @@ impl VideoDecoder {
 
     fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
         let Opened { input, stdin } = open_input(path, opts)?;
-        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS))
+        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS), opts.strict)
     }
 
     fn with_input(
@@ -411,6 +453,7 @@ impl VideoDecoder {
         threads: usize,
         hw: Option<&HwDevice>,
         max_pixels: u64,
+        strict: bool,
     ) -> Result<Self, FfmpegError> {
         let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
@@ -434,6 +477,10 @@ impl VideoDecoder {
         // SAFETY: `ctx` is an unopened codec context we own; `max_pixels` is a
         // documented decoder option read when frames are allocated.
         unsafe { (*ctx.as_mut_ptr()).max_pixels = max_pixels.min(i64::MAX as u64) as i64 };
+        if strict {
+            // SAFETY: as above; `err_recognition` is a documented decoder option read when it opens.
+            unsafe { (*ctx.as_mut_ptr()).err_recognition |= ffi::AV_EF_EXPLODE };
+        }
         let decoder =
             ctx.decoder().video().map_err(|source| FfmpegError::Decoder { path: p.clone(), codec: format!("{codec_id:?}"), source })?;
         let tb = stream.time_base();
@@ -482,6 +529,9 @@ impl VideoDecoder {
             skipped_frames: 0,
             corrupt_bursts: 0,
             burst: None,
+            truncated: None,
+            packets: 0,
+            packet_span: None,
             info,
             interrupted: false,
             _stdin: stdin,
@@ -510,7 +560,7 @@ impl VideoDecoder {
                     return Ok(Some(&self.frame));
                 }
                 Err(ff::Error::Eof) => {
-                    self.end_burst(None);
+                    self.end_of_input();
                     return Ok(None);
                 }
                 Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => {}
@@ -522,11 +572,57 @@ impl VideoDecoder {
                 }
             }
             if self.eof_sent {
-                self.end_burst(None);
+                self.end_of_input();
                 return Ok(None);
             }
             self.feed();
         }
+    }
+
+    /// The decoder has given its last frame: tell a cut input from one that
+    /// ended where its container says, and close the open stretch of corrupt
+    /// data (at a cut, its frames are the cut's, not corrupt data).
+    fn end_of_input(&mut self) {
+        if self.truncated.is_none() && !self.interrupted {
+            self.truncated = self.truncation();
+            if let Some(t) = self.truncated.as_mut()
+                && let Some(b) = self.burst.take()
+            {
+                t.lost_at_cut = b.frames;
+                self.skipped_frames -= b.frames;
+                tracing::debug!(path = %self.path, frames = b.frames, "incomplete frames at the cut");
+            }
+        }
+        self.end_burst(None);
+    }
+
+    /// Whether the input, read to its end, stops short of what its container says.
+    fn truncation(&self) -> Option<Truncation> {
+        let cut = |expected| Some(Truncation { expected, lost_at_cut: 0 });
+        if let Some(n) = self.info.declared_frames {
+            // One short: an edit list or a last frame dropped, not a cut.
+            return if self.packets + 1 < n { cut(Some(n)) } else { None };
+        }
+        if let (Some(duration), Some(fps)) = (self.info.duration, self.info.fps) {
+            let (num, den) = self.info.time_base;
+            let reached = self.packet_span.map_or(0.0, |(a, b)| (b - a) as f64 * num as f64 / den.max(1) as f64 + 1.0 / fps);
+            if reached + 1.5 / fps < duration {
+                return cut(Some((duration * fps).round() as u64));
+            }
+        }
+        // MPEG-TS comes in packets of 188 bytes (192 in M2TS, 204 with FEC): a file
+        // ending inside one was cut.
+        if self.input.format().name().split(',').any(|n| n == "mpegts") {
+            // SAFETY: reads the size of the open input's own I/O context (null for none); no data is read.
+            let size = unsafe {
+                let pb = (*self.input.as_ptr()).pb;
+                if pb.is_null() { -1 } else { ffi::avio_size(pb) }
+            };
+            if size > 0 && [188, 192, 204].iter().all(|p| size % p != 0) {
+                return cut(None);
+            }
+        }
+        None
     }
 
     /// The read error that ended the input (`None`: it ended normally, or has not ended).
@@ -566,6 +662,10 @@ impl VideoDecoder {
         loop {
             match packet.read(&mut self.input) {
                 Ok(()) if packet.stream() == self.stream_index => {
+                    self.packets += 1;
+                    if let Some(p) = packet.pts().or(packet.dts()) {
+                        self.packet_span = Some(self.packet_span.map_or((p, p), |(a, b)| (a.min(p), b.max(p))));
+                    }
                     if let Err(e) = self.decoder.send_packet(&packet) {
                         tracing::debug!(path = %self.path, error = %e, "packet rejected");
                         self.damaged(packet.pts());
@@ -905,6 +1005,170 @@ pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image,
     let base = buf.as_ptr() as usize;
     let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
     Ok(Image { width: w, height: h, format: frame.format(), color: color_of(frame), offsets, strides, storage: Storage::Host(buf) })
+}
+
+/// `image` turned `degrees` clockwise (see [`turn_image`]); a layout that
+/// cannot be turned in place (4:2:2, YUYV, ...) is first converted to 4:4:4
+/// in its own colour matrix and range, and turned in that.
+pub fn turn_picture(image: &Image, degrees: u32, pool: &Pool<u8>) -> Result<Image, String> {
+    let refused = match turn_image(image, degrees, pool) {
+        Ok(t) => return Ok(t),
+        Err(e) => e,
+    };
+    if image.host().is_none() || image.format == Pixel::YUV444P {
+        return Err(refused);
+    }
+    let (w, h) = (image.width, image.height);
+    let mut scaler = Scaler::new_to(image, w, h, Pixel::YUV444P, sws_flags(crate::config::Interpolation::Bilinear), Some(image.color))
+        .map_err(|e| format!("{refused}: {e}"))?;
+    let mut full = ff::frame::Video::new(Pixel::YUV444P, w, h);
+    scaler.run_into(image, &mut full).map_err(|e| format!("{refused}: {e}"))?;
+    let mut full = copy_to_image(&full, pool)?;
+    full.color = image.color;
+    turn_image(&full, degrees, pool)
+}
+
+/// `image` turned `degrees` clockwise (90, 180 or 270) into a pooled host
+/// buffer of the same pixel format: width and height swap for 90 and 270.
+/// Each plane is turned element by element (a pixel of a packed plane, a
+/// chroma pair of NV12); formats whose chroma is subsampled unevenly (4:2:2,
+/// 4:1:1) cannot be turned a quarter in their own layout, nor packed ones
+/// whose pixels share chroma (YUYV) turned at all: those are refused.
+pub fn turn_image(image: &Image, degrees: u32, pool: &Pool<u8>) -> Result<Image, String> {
+    let src = image.host().ok_or("the picture is not in host memory")?;
+    let fmt: ffi::AVPixelFormat = image.format.into();
+    // SAFETY: a lookup in FFmpeg's static pixel format table; null for an unknown format.
+    let desc = unsafe { ffi::av_pix_fmt_desc_get(fmt) };
+    if desc.is_null() {
+        return Err(format!("cannot turn a {:?} picture", image.format));
+    }
+    // SAFETY: non-null descriptors are static.
+    let desc = unsafe { &*desc };
+    let unsupported = (ffi::AV_PIX_FMT_FLAG_BITSTREAM | ffi::AV_PIX_FMT_FLAG_HWACCEL | ffi::AV_PIX_FMT_FLAG_PAL) as u64;
+    let quarter = degrees % 180 == 90;
+    if desc.flags & unsupported != 0 || (quarter && desc.log2_chroma_w != desc.log2_chroma_h) {
+        return Err(format!("cannot turn a {:?} picture {degrees}°", image.format));
+    }
+    let (w, h) = (image.width, image.height);
+    let (tw, th) = if quarter { (h, w) } else { (w, h) };
+    // SAFETY: plain arithmetic on the format descriptor.
+    let size = unsafe { ffi::av_image_get_buffer_size(fmt, tw as i32, th as i32, 1) };
+    if size <= 0 {
+        return Err(format!("cannot lay out a turned {tw}x{th} {:?} picture", image.format));
+    }
+    let mut buf = pool.get(size as usize);
+    let mut ptrs = [std::ptr::null_mut::<u8>(); 4];
+    let mut strides = [0i32; 4];
+    // SAFETY: computes plane pointers into `buf` (of the size just asked for) for the packed layout.
+    let filled = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), fmt, tw as i32, th as i32, 1) };
+    if filled < 0 {
+        return Err(format!("cannot lay out a turned picture ({filled})"));
+    }
+    let base = buf.as_ptr() as usize;
+    let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+    let ceil_shift = |v: u32, s: u8| (v + (1 << s) - 1) >> s;
+    for plane in 0..4usize {
+        let comps = &desc.comp[..desc.nb_components as usize];
+        let Some(step) = comps.iter().filter(|c| c.plane as usize == plane).map(|c| c.step as usize).max() else { continue };
+        // Packed with shared chroma (YUYV: Y U Y V): a pixel is not an element of its own.
+        if comps.iter().any(|c| c.plane as usize == plane && c.step as usize != step) {
+            return Err(format!("cannot turn a {:?} picture", image.format));
+        }
+        // Chroma planes (components 1 and 2 without luma) are subsampled; the others are full size.
+        let chroma = comps.iter().enumerate().all(|(i, c)| c.plane as usize != plane || i == 1 || i == 2) && desc.nb_components >= 3;
+        let (pw, ph) = if chroma { (ceil_shift(w, desc.log2_chroma_w), ceil_shift(h, desc.log2_chroma_h)) } else { (w, h) };
+        let (pw, ph) = (pw as usize, ph as usize);
+        let (sstride, dstride) = (image.strides[plane] as usize, strides[plane] as usize);
+        let (so, d0) = (image.offsets[plane], offsets[plane]);
+        if src.len() < so + sstride * ph.saturating_sub(1) + pw * step {
+            return Err("the picture is smaller than its layout".into());
+        }
+        for sy in 0..ph {
+            let row = &src[so + sy * sstride..so + sy * sstride + pw * step];
+            for sx in 0..pw {
+                let (dx, dy) = match degrees {
+                    90 => (ph - 1 - sy, sx),
+                    180 => (pw - 1 - sx, ph - 1 - sy),
+                    _ => (sy, pw - 1 - sx),
+                };
+                let d = d0 + dy * dstride + dx * step;
+                buf[d..d + step].copy_from_slice(&row[sx * step..sx * step + step]);
+            }
+        }
+    }
+    Ok(Image { width: tw, height: th, format: image.format, color: image.color, offsets, strides, storage: Storage::Host(buf) })
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::*;
+
+    /// A packed host image of `fmt`, `w` x `h`, its bytes `data`.
+    fn image(fmt: Pixel, w: u32, h: u32, data: &[u8], pool: &Pool<u8>) -> Image {
+        let f: ffi::AVPixelFormat = fmt.into();
+        let mut buf = pool.get(data.len());
+        buf.copy_from_slice(data);
+        let (mut ptrs, mut strides) = ([std::ptr::null_mut::<u8>(); 4], [0i32; 4]);
+        // SAFETY: plane pointers into `buf`, which holds the packed layout of this size (checked by the caller).
+        let n = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), f, w as i32, h as i32, 1) };
+        assert_eq!(n as usize, data.len());
+        let base = buf.as_ptr() as usize;
+        let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+        Image {
+            width: w,
+            height: h,
+            format: fmt,
+            color: ColorInfo { matrix: Matrix::Bt601, full_range: false },
+            offsets,
+            strides,
+            storage: Storage::Host(buf),
+        }
+    }
+
+    #[test]
+    fn a_quarter_turn_clockwise_puts_the_bottom_left_corner_top_left() {
+        let pool = Pool::new(4);
+        // 3x2 grey:  1 2 3 / 4 5 6  turned 90° clockwise is 2x3:  4 1 / 5 2 / 6 3
+        let g = image(Pixel::GRAY8, 3, 2, &[1, 2, 3, 4, 5, 6], &pool);
+        let t = turn_image(&g, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (2, 3, &[4, 1, 5, 2, 6, 3][..]));
+        let t = turn_image(&g, 270, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (2, 3, &[3, 6, 2, 5, 1, 4][..]));
+        let t = turn_image(&g, 180, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (3, 2, &[6, 5, 4, 3, 2, 1][..]));
+    }
+
+    /// NV12's chroma pairs move as one element; four quarter turns give the picture back.
+    #[test]
+    fn chroma_pairs_turn_whole_and_four_turns_are_none() {
+        let pool = Pool::new(8);
+        // 4x2 NV12: 8 luma bytes, one row of two (U, V) pairs.
+        let data = [10, 11, 12, 13, 14, 15, 16, 17, 100, 200, 101, 201];
+        let img = image(Pixel::NV12, 4, 2, &data, &pool);
+        let t = turn_image(&img, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height), (2, 4));
+        let chroma = &t.host().unwrap()[t.offsets[1]..];
+        assert_eq!(chroma, [100, 200, 101, 201], "pairs kept whole, one per row of the turned picture");
+        let mut back = img;
+        for _ in 0..4 {
+            back = turn_image(&back, 90, &pool).unwrap();
+        }
+        assert_eq!(back.host().unwrap(), data);
+        let yuyv = image(Pixel::YUYV422, 2, 2, &[0; 8], &pool);
+        assert!(turn_image(&yuyv, 90, &pool).is_err(), "4:2:2 cannot be turned a quarter in its own layout");
+        assert!(turn_image(&yuyv, 180, &pool).is_err(), "nor can a layout whose pixels share their chroma");
+        // Those are turned in 4:4:4: grey (Y 16 to 235, no colour) stays grey, turned.
+        let mut data = [128u8; 8];
+        for (i, y) in [16u8, 60, 180, 235].into_iter().enumerate() {
+            data[i * 2] = y;
+        }
+        let yuyv = image(Pixel::YUYV422, 2, 2, &data, &pool);
+        let t = turn_picture(&yuyv, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.format), (2, 2, Pixel::YUV444P));
+        let host = t.host().unwrap();
+        assert_eq!(&host[..4], [180, 16, 235, 60], "luma turned clockwise");
+        assert!(host[4..].iter().all(|c| c.abs_diff(128) <= 1), "no colour: {host:?}");
+    }
 }
 
 /// A swscale context from one image geometry to a packed RGB24/BGR24 output,

@@ -15,6 +15,7 @@ pub enum NodeKind {
     File(FileSourceConfig),
     Rtsp(RtspSourceConfig),
     Dir(DirSourceConfig),
+    ImageSequence(ImageSequenceConfig),
     Audio(AudioSourceConfig),
     TestSrc(TestSrcConfig),
     AudioTestSrc(AudioTestSrcConfig),
@@ -40,6 +41,7 @@ impl NodeKind {
             NodeKind::File(_) => "file",
             NodeKind::Rtsp(_) => "rtsp",
             NodeKind::Dir(_) => "dir",
+            NodeKind::ImageSequence(_) => "image_sequence",
             NodeKind::Audio(_) => "audio",
             NodeKind::TestSrc(_) => "testsrc",
             NodeKind::AudioTestSrc(_) => "audio_testsrc",
@@ -61,7 +63,7 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "audio", "testsrc", "audio_testsrc"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc"];
 const STAGE_KINDS: &[&str] =
     &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
@@ -79,6 +81,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
         (Role::Source, "rtsp") => NodeKind::Rtsp(RtspSourceConfig::deserialize(d)?),
         (Role::Source, "dir") => NodeKind::Dir(DirSourceConfig::deserialize(d)?),
+        (Role::Source, "image_sequence") => NodeKind::ImageSequence(ImageSequenceConfig::deserialize(d)?),
         (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
         (Role::Source, "testsrc") => NodeKind::TestSrc(TestSrcConfig::deserialize(d)?),
         (Role::Source, "audio_testsrc") => NodeKind::AudioTestSrc(AudioTestSrcConfig::deserialize(d)?),
@@ -141,6 +144,19 @@ pub struct FileSourceConfig {
     /// the input (default `uridecodebin uri={uri}`); the frames are taken from
     /// its `appsink` (one is added when the line has none).
     pub launch: Option<Spanned<String>>,
+    /// Turn frames as the container's display matrix asks (`auto`), or process them as stored (`none`, default).
+    pub rotate: Option<Spanned<Rotate>>,
+}
+
+/// `rotate` of a `file` or `dir` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rotate {
+    /// Frames as stored; a warning says what the container asks for.
+    #[default]
+    None,
+    /// Frames turned by a quarter turn the display matrix asks for (90°, 180°, 270°) before the pipeline sees them.
+    Auto,
 }
 
 fn ffmpeg_backend() -> Spanned<DecodeBackend> {
@@ -191,6 +207,34 @@ pub struct DirSourceConfig {
     pub window: Option<Spanned<usize>>,
     /// Audio: samples between window starts (default: the window).
     pub hop: Option<Spanned<usize>>,
+    /// Video: turn frames as each file's display matrix asks (`auto`), or process them as stored (`none`, default).
+    #[serde(default)]
+    pub rotate: Rotate,
+}
+
+/// `kind = "image_sequence"`: still images (JPEG, PNG, ...) as one video
+/// stream, in natural name order, at a set frame rate.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSequenceConfig {
+    /// A folder of images, or a numbered pattern such as `frames/img%05d.jpg`
+    /// (relative to the pipeline file).
+    pub path: Spanned<String>,
+    /// Frames per second the timestamps follow.
+    #[serde(default = "image_sequence_fps")]
+    pub fps: Spanned<f64>,
+    /// Stop after this many frames.
+    #[serde(default, deserialize_with = "checked::opt_frames")]
+    pub max_frames: Option<u64>,
+    /// With a folder: only files with these extensions (case-insensitive,
+    /// without the dot); default jpg, jpeg, png, bmp, tif, tiff, webp.
+    pub extensions: Option<Vec<String>>,
+    /// Largest image (width × height) accepted; default `[pipeline] max_pixels`.
+    pub max_pixels: Option<u64>,
+}
+
+fn image_sequence_fps() -> Spanned<f64> {
+    Spanned::new(0..0, 25.0)
 }
 
 /// `media` of a `dir` or `rtsp` source: what it reads.

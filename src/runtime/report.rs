@@ -295,11 +295,7 @@ impl RunReport {
             let _ = writeln!(s, "{node}: decode {decode}");
         }
         for n in self.nodes.iter().filter(|n| n.role == "source" && n.decode_errors > 0) {
-            let _ = writeln!(
-                s,
-                "{}: {} frame(s) skipped for corrupt data in {} stretch(es), each resumed at the next keyframe",
-                n.name, n.decode_errors, n.corrupt_bursts
-            );
+            let _ = writeln!(s, "{}: {} frame(s) skipped for corrupt data in {} stretch(es)", n.name, n.decode_errors, n.corrupt_bursts);
         }
         for (node, provider) in &self.providers {
             let _ = writeln!(s, "{node}: execution provider {provider}");

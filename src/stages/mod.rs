@@ -256,6 +256,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
                 None => continue,
             },
+            NodeKind::ImageSequence(c) => {
+                sources::images::ImageSequence::build(cfg, node, c, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
+            }
             NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size, opts.batch_state, opts.max_frames)
                 .map(|s| Body::Source(Box::new(s))),
             NodeKind::File(c) if *c.backend.get_ref() == crate::config::DecodeBackend::Gstreamer => {
