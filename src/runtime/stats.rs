@@ -109,6 +109,8 @@ pub struct NodeStats {
     pub losses: AtomicU64,
     pub reconnects: AtomicU64,
     pub longest_gap_ms: AtomicU64,
+    /// Sinks: frames a server output could not take (it was unreachable).
+    pub undelivered: AtomicU64,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -137,6 +139,7 @@ impl NodeStats {
             losses: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             longest_gap_ms: AtomicU64::new(0),
+            undelivered: AtomicU64::new(0),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
