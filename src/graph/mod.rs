@@ -736,7 +736,7 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
             ),
             (None, false) if crate::config::VideoContainer::from_path(path).is_none() => diags.push(
                 cfg.diag(v.path.span(), format!("video sink `{}`: cannot tell the container from `{path}`", node.name))
-                    .with_help("end the path with .mp4, .mkv or .ts, or set `format = \"mp4\" | \"matroska\" | \"mpegts\"`"),
+                    .with_help("end the path with .mp4, .mkv or .ts, push to an rtmp://, rtsp://, srt:// or udp:// URL, or set `format = \"mp4\" | \"matroska\" | \"mpegts\"`"),
             ),
             _ => {}
         }
