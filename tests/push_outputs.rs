@@ -362,3 +362,29 @@ fn udp_push_is_received_and_leaves_no_folder() {
     assert_eq!((readable_frames(&got), frame_size(&got).as_str()), (100, "320x240"));
     assert_no_url_folders(dir.path());
 }
+
+/// A server that is not up yet when the run starts: the first frames are
+/// dropped and counted, and the stream starts once it answers.
+#[test]
+fn rtmp_push_waits_for_a_server_that_starts_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = dir.path().join("srv");
+    std::fs::create_dir(&srv).unwrap();
+    let port = free_port();
+    let p = push_pipeline(dir.path(), &format!("rtmp://127.0.0.1:{port}/live/cam"), 125, 25, true);
+    let mut child = spawn_run(dir.path(), &p);
+    std::thread::sleep(Duration::from_millis(1500));
+    let nginx = Nginx::start(&srv, port);
+    let st = wait_exit(&mut child, Duration::from_secs(60));
+    let err = stderr_of(&mut child);
+    nginx.stop();
+    assert_eq!(st.code(), Some(0), "{err}");
+    assert!(err.contains("cannot reach rtmp://127.0.0.1"), "said loudly: {err}");
+    let rec = recordings(&srv);
+    assert_eq!(rec.len(), 1, "{rec:?}\n{err}");
+    let got = readable_frames(&rec[0]);
+    let line = err.lines().find(|l| l.starts_with("push: output lost")).unwrap_or_else(|| panic!("no output-loss line: {err}"));
+    let undelivered: u64 = line.split("; ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(line.starts_with("push: output lost 1×, reconnected 1×;") && undelivered >= 20, "{line}");
+    assert!(got >= 50 && got + undelivered <= 125, "{got} recorded, {line}");
+}

@@ -408,6 +408,29 @@ mod tests {
         assert_eq!(out, vec![7.0, 7.0, 7.0, 10.0, 20.0, 30.0, 7.0, 7.0, 7.0]);
     }
 
+    /// One scaler per stream and input, reused as streams alternate; bounded.
+    #[test]
+    fn scalers_are_kept_per_stream_and_bounded() {
+        let mut sc = Scalers::default();
+        let (hd, sd): (Arc<str>, Arc<str>) = ("hd".into(), "sd".into());
+        let pool = Pool::new(4);
+        let (big, small) = (Image::rgb24(64, 36, pool.get(64 * 36 * 3)), Image::rgb24(32, 18, pool.get(32 * 18 * 3)));
+        for _ in 0..10 {
+            sc.get("pre", &hd, &big, (16, 9, Pixel::RGB24), 0).unwrap();
+            sc.get("pre", &sd, &small, (16, 9, Pixel::RGB24), 0).unwrap();
+        }
+        assert_eq!(sc.kept.len(), 2, "built once each");
+        assert!(sc.told.is_empty(), "neither stream changed size");
+        sc.get("pre", &hd, &small, (16, 9, Pixel::RGB24), 0).unwrap();
+        assert_eq!((sc.kept.len(), sc.told.len()), (3, 1));
+        for i in 0..40 {
+            let s: Arc<str> = format!("cam{i}").into();
+            sc.get("pre", &s, &small, (16, 9, Pixel::RGB24), 0).unwrap();
+        }
+        assert_eq!(sc.kept.len(), Scalers::MAX);
+        assert!(sc.kept.iter().any(|(s, _, _)| &**s == "cam39"), "the newest is kept");
+    }
+
     #[test]
     fn table_matches_formula() {
         let t = NormTable::new(1.0 / 255.0, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 114);
