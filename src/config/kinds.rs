@@ -1115,6 +1115,10 @@ pub enum VideoContainer {
     Mp4,
     Matroska,
     Mpegts,
+    /// FLV, what RTMP carries.
+    Flv,
+    /// RTSP publishing (ANNOUNCE/RECORD) to a server.
+    Rtsp,
 }
 
 impl VideoContainer {
@@ -1124,16 +1128,28 @@ impl VideoContainer {
             VideoContainer::Mp4 => "mp4",
             VideoContainer::Matroska => "matroska",
             VideoContainer::Mpegts => "mpegts",
+            VideoContainer::Flv => "flv",
+            VideoContainer::Rtsp => "rtsp",
         }
     }
 
-    /// From a file name's extension.
+    /// From a URL's scheme (`rtmp://` → flv, `rtsp://` → RTSP, `srt://`,
+    /// `udp://` and `tcp://` → MPEG-TS) or a file name's extension.
     pub fn from_path(path: &str) -> Option<Self> {
+        if let Some((scheme, _)) = path.split_once("://") {
+            match scheme.to_ascii_lowercase().as_str() {
+                "rtmp" | "rtmps" => return Some(VideoContainer::Flv),
+                "rtsp" | "rtsps" => return Some(VideoContainer::Rtsp),
+                "srt" | "udp" | "tcp" => return Some(VideoContainer::Mpegts),
+                _ => {}
+            }
+        }
         let ext = std::path::Path::new(path).extension()?.to_str()?.to_ascii_lowercase();
         match ext.as_str() {
             "mp4" | "m4v" | "mov" => Some(VideoContainer::Mp4),
             "mkv" => Some(VideoContainer::Matroska),
             "ts" | "m2ts" => Some(VideoContainer::Mpegts),
+            "flv" => Some(VideoContainer::Flv),
             _ => None,
         }
     }
@@ -1144,9 +1160,10 @@ impl VideoContainer {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VideoSinkConfig {
-    /// `.mp4`, `.mkv` or `.ts` file (`{stream}` is replaced by the stream name), or `-` for stdout.
+    /// `.mp4`, `.mkv` or `.ts` file (`{stream}` is replaced by the stream name), `-` for
+    /// stdout, or a server to push to: `rtmp://`, `rtsp://`, `srt://`, `udp://` URL.
     pub path: Spanned<String>,
-    /// Container (default: from the extension; required for stdout: `mpegts` or `matroska`).
+    /// Container (default: from the URL scheme or the extension; required for stdout: `mpegts` or `matroska`).
     pub format: Option<Spanned<VideoContainer>>,
     /// An FFmpeg video encoder (`libx264`, `h264_nvenc`, ...) or `auto` (NVENC when it opens, else libx264).
     #[serde(default = "video_codec")]
@@ -1163,6 +1180,12 @@ pub struct VideoSinkConfig {
     /// mp4 only: fragmented mp4, playable even if the process is killed.
     #[serde(default)]
     pub fragmented: bool,
+    /// Seconds between keyframes (default 1 for fragmented mp4 and network
+    /// outputs, where a reader joins or a kill cuts at one; else the encoder's own).
+    pub keyframe_interval_s: Option<Spanned<f64>>,
+    /// Fragmented mp4: the longest fragment in ms (default 1000), about the most
+    /// that is lost if the process is killed.
+    pub fragment_duration_ms: Option<Spanned<u32>>,
 }
 
 fn video_codec() -> Spanned<String> {

@@ -99,6 +99,19 @@ pub trait Sink: Send {
     fn end_stream(&mut self, _stream: &str) -> Result<(), String> {
         Ok(())
     }
+    /// Outputs to servers, after `finish`: times a server went away, times it
+    /// came back, and frames not delivered meanwhile. Default: none.
+    fn output_losses(&self) -> OutputLosses {
+        OutputLosses::default()
+    }
+}
+
+/// What a sink's server outputs lost during a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputLosses {
+    pub lost: u64,
+    pub reconnects: u64,
+    pub undelivered: u64,
 }
 
 /// A built node body.
