@@ -163,30 +163,8 @@ pub fn shown_name(path: &Path) -> String {
     } else if text.contains("://") {
         mask_credentials(&text).into_owned()
     } else {
-        mask_credentials(&normalize(path).to_string_lossy()).into_owned()
+        mask_credentials(&crate::config::tidy_path(path).to_string_lossy()).into_owned()
     }
-}
-
-/// `path` without `.` components and with each `dir/..` taken out, by its
-/// text alone (a `..` at the start of a relative path stays; one above the
-/// root is dropped, as the root's parent is the root).
-pub fn normalize(path: &Path) -> std::path::PathBuf {
-    use std::path::Component;
-    let mut out: Vec<Component> = Vec::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => match out.last() {
-                Some(Component::Normal(_)) => {
-                    out.pop();
-                }
-                Some(Component::RootDir | Component::Prefix(_)) => {}
-                _ => out.push(c),
-            },
-            c => out.push(c),
-        }
-    }
-    if out.is_empty() { std::path::PathBuf::from(".") } else { out.iter().collect() }
 }
 
 /// An open input, and stdin's read mode while FFmpeg reads it (restored after

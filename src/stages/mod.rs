@@ -10,6 +10,7 @@ pub mod infer;
 pub mod level;
 pub mod postprocess;
 pub mod preprocess;
+pub mod scalers;
 pub mod sinks;
 pub mod sources;
 pub mod vad;
@@ -331,7 +332,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
             NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
-            NodeKind::Images(c) => sinks::images::Images::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Images(c) => sinks::images::Images::build(cfg, name, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Video(c) => {
                 let streams: Vec<&str> =
                     crate::graph::upstream_sources(cfg, &graph.producers, i).into_iter().map(|j| cfg.nodes[j].name.as_str()).collect();

@@ -437,7 +437,13 @@ impl Sink for VideoSink {
             opts.join(" "),
             if self.annotate { ", annotated" } else { "" },
             self.only.as_ref().map(|s| format!(", stream `{s}` only")).unwrap_or_default(),
-            if self.target == "pipe:1" { "stdout" } else { &self.target }
+            if self.target == "pipe:1" {
+                "stdout".to_string()
+            } else if self.network {
+                crate::config::mask_credentials(&self.target).into_owned()
+            } else {
+                crate::config::tidy_path(std::path::Path::new(&self.target)).display().to_string()
+            }
         )
     }
 
