@@ -22,6 +22,8 @@ PKGS=(
   fonts-dejavu-core espeak-ng sox jq bc curl ca-certificates
   # a real Prometheus server for the metrics integration test
   prometheus
+  # a real RTMP server for the video sink's push tests (tests/push_outputs.rs)
+  nginx libnginx-mod-rtmp
   # the tracker evaluation's venv (scripts/fetch-eval-deps.sh: motmetrics, supervision)
   python3-venv python3-pip
 )

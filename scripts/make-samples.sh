@@ -10,7 +10,7 @@ OUTS=()
 for clip in text-720p.mp4 eval-720p.mp4 clip-1080p.mkv clip.webm; do
   OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
 done
-OUTS+=(samples/not-media.mp4 samples/truncated.mp4)
+OUTS+=(samples/not-media.mp4 samples/truncated.mp4 samples/frames/img00030.jpg)
 for clip in speech-eval.wav speech-short.wav; do
   OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
 done
@@ -177,6 +177,11 @@ printf 'This is a plain text file, not a video. Used by bad-input tests.\n' > sa
 size=$(stat -c %s samples/text-720p.mp4)
 head -c $((size * 30 / 100)) samples/text-720p.mp4 > samples/truncated.mp4
 log "samples/not-media.mp4, samples/truncated.mp4 ($((size * 30 / 100)) of $size bytes)"
+
+# Still frames for the image_sequence source: the first 3 s of text-720p.mp4 as JPEGs.
+rm -rf samples/frames && mkdir -p samples/frames
+ffmpeg -nostdin -y -loglevel error -i samples/text-720p.mp4 -frames:v 30 -q:v 2 samples/frames/img%05d.jpg
+log "samples/frames/img00001.jpg ... img00030.jpg"
 
 # Speech for the voice-activity detector: espeak-ng sentences (3 voices and
 # speeds, varied levels) between silent gaps, at 16 kHz mono, plus light pink

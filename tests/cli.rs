@@ -190,9 +190,14 @@ fn sigterm_drains_and_exits_143() {
 
 #[test]
 fn truncated_file_yields_what_it_has() {
-    let (out, err) = run_ok(&["run", "tests/data/truncated.toml", "--progress", "never"]);
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(out.path(), &["run", "tests/data/truncated.toml", "--progress", "never"]);
+    let err = stderr(&o);
+    // A cut file is a source error, said with how far it got; the frames it had are processed.
+    assert_eq!(o.status.code(), Some(1), "{err}");
     let (decoded, processed, _, _) = accounting(&err);
     assert!(decoded > 0 && decoded < 100, "{err}");
+    assert!(err.contains(&format!("truncated: ended early after {decoded} frames (expected about 100)")), "{err}");
     assert_eq!(read_ndjson(&out.path().join("truncated.ndjson")).len() as u64, processed);
 }
 

@@ -555,3 +555,104 @@ fn dir_source_counts_corrupt_frames_and_stretches_as_the_file_source_does() {
     let (decoded, processed, ..) = accounting(&err);
     assert_eq!((decoded, processed), (300 - skipped, 300 - skipped), "{err}");
 }
+
+/// The sample and its MPEG-TS remux (as cameras and pipes send it), each cut
+/// to 60% of its bytes with `head -c`, in `dir`: (path, whole frame count).
+fn cut_files(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let ts = dir.join("whole.ts");
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(root().join("samples/text-720p.mp4"))
+        .args(["-c", "copy", "-f", "mpegts"])
+        .arg(&ts)
+        .status()
+        .unwrap();
+    assert!(st.success(), "ffmpeg could not remux to MPEG-TS");
+    let mut out = Vec::new();
+    for (whole, name) in [(root().join("samples/text-720p.mp4"), "cut.mp4"), (ts.clone(), "cut.ts")] {
+        let size = std::fs::metadata(&whole).unwrap().len() * 60 / 100;
+        let cut = dir.join(name);
+        let st = Command::new("sh").arg("-c").arg(format!("head -c {size} '{}' > '{}'", whole.display(), cut.display())).status().unwrap();
+        assert!(st.success());
+        out.push((cut, 100));
+    }
+    std::fs::remove_file(&ts).unwrap();
+    out
+}
+
+/// Regression: a file cut to 60% exited 0 with its last, incomplete frames
+/// counted as corrupt data ("each resumed at the next keyframe" while the
+/// warning said there was none), and a `dir` batch gave "corrupt data" as its
+/// reason. A cut file is now a source error saying how far it got (exit 1,
+/// the results of the frames it had written), not corrupt data; in a batch
+/// its reason is "truncated". mp4 lists its frame count; MPEG-TS lists none
+/// (and its duration is read from its last packets), so a TS cut part-way
+/// through a packet says that instead of an expected count.
+#[test]
+fn a_truncated_file_is_reported_as_truncated_not_as_corrupt() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let cuts = cut_files(&input);
+    for (cut, whole) in &cuts {
+        let out = dir.path().join(format!("{}.out", cut.file_name().unwrap().to_string_lossy()));
+        std::fs::create_dir_all(&out).unwrap();
+        let toml = out.join("p.toml");
+        std::fs::write(
+            &toml,
+            format!(
+                "[sources.cam]\nkind = \"file\"\nuri = \"{}\"\n\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"cam\"]\npath = \"{}\"\n",
+                cut.display(),
+                out.join("out.ndjson").display()
+            ),
+        )
+        .unwrap();
+        let report = out.join("report.json");
+        let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "a truncated input is a source error: {err}");
+        let (decoded, processed, ..) = accounting(&err);
+        assert!(decoded > 10 && decoded < 90, "{err}");
+        let said = format!("error: source `cam`: {}: truncated: ended early after {decoded} frames", cut.display());
+        assert!(err.contains(&said), "{said}\nin:\n{err}");
+        if cut.extension().unwrap() == "mp4" {
+            assert!(err.contains(&format!("{said} (expected about {whole})")), "mp4 lists its frame count: {err}");
+        }
+        assert!(!err.contains("skipped for corrupt data") && !err.contains("resumed at"), "a cut is not corrupt data: {err}");
+        assert_eq!(source_figures(&report, "cam"), (0, 0), "{err}");
+        let written = std::fs::read_to_string(out.join("out.ndjson")).unwrap().lines().count() as u64;
+        assert_eq!(written, processed, "the frames before the cut are processed and written: {err}");
+    }
+
+    // The same files in a batch, beside a whole one.
+    std::fs::copy(root().join("samples/text-720p.mp4"), input.join("whole.mp4")).unwrap();
+    let toml = dir.path().join("batch.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[sources.recordings]\nkind = \"dir\"\npath = \"{}\"\n\n\
+             [sinks.out]\nkind = \"ndjson\"\ninputs = [\"recordings\"]\npath = \"{}/{{stream}}.ndjson\"\n",
+            input.display(),
+            dir.path().join("batch-out").display()
+        ),
+    )
+    .unwrap();
+    let report = dir.path().join("batch-report.json");
+    let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "truncated files fail the batch: {err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["inputs"]["complete"], 1, "{err}");
+    let failed = r["inputs"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{err}");
+    for (cut, whole) in &cuts {
+        let f = failed.iter().find(|f| f["path"] == cut.display().to_string().as_str()).unwrap_or_else(|| panic!("{err}"));
+        let reason = f["reason"].as_str().unwrap();
+        assert!(reason.starts_with("truncated: ended early after "), "{reason}");
+        if cut.extension().unwrap() == "mp4" {
+            assert!(reason.ends_with(&format!("frames (expected about {whole})")), "{reason}");
+        }
+    }
+    assert_eq!(source_figures(&report, "recordings"), (0, 0), "cut files add no corrupt frames: {err}");
+}

@@ -532,3 +532,61 @@ fn a_turned_picture_is_said_not_silently_ignored() {
     );
     assert!(!run(&plain).contains("the container says"));
 }
+
+/// Two cameras of different sizes into one preprocess: each stream keeps its
+/// own scaler, so alternating frames neither rebuild it nor log a line each
+/// (at most one line per stream), and each stream gets the text boxes it
+/// gets when run alone.
+#[test]
+fn fan_in_of_two_sizes_keeps_a_scaler_per_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = root().join("samples/text-720p.mp4");
+    let small = dir.path().join("small.mp4");
+    let st = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+        .arg(&big)
+        .args(["-frames:v", "12", "-vf", "scale=854:480", "-c:v", "libx264", "-threads", "1"])
+        .arg(&small)
+        .status()
+        .expect("run ffmpeg");
+    assert!(st.success());
+    let model = root().join("models/ppocr/ch_PP-OCRv4_det_infer.onnx");
+    let run = |name: &str, sources: &[(&str, &Path)]| -> (Vec<serde_json::Value>, String) {
+        let mut toml = String::new();
+        for (s, uri) in sources {
+            toml += &format!("[sources.{s}]\nkind = \"file\"\nuri = \"{}\"\nmax_frames = 12\n\n", uri.display());
+        }
+        let inputs: Vec<String> = sources.iter().map(|(s, _)| format!("\"{s}\"")).collect();
+        let out = dir.path().join(format!("{name}.ndjson"));
+        toml += &format!(
+            "[stages.pre]\nkind = \"preprocess\"\ninputs = [{}]\nwidth = 640\nheight = 384\ncolor = \"bgr\"\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n\n\
+             [stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"{}\"\nproviders = [\"cpu\"]\n\n\
+             [stages.boxes]\nkind = \"text_detection\"\ninputs = [\"det\"]\n\n\
+             [sinks.results]\nkind = \"ndjson\"\ninputs = [\"boxes\"]\npath = \"{}\"\n",
+            inputs.join(", "),
+            model.display(),
+            out.display()
+        );
+        let p = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&p, toml).unwrap();
+        let (_o, err) = run_ok(&["run", "--progress", "never", p.to_str().unwrap()]);
+        (read_ndjson(&out), err)
+    };
+    let (both, err) = run("both", &[("hd", &big), ("sd", &small)]);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("input changed")).collect();
+    assert!(said.len() <= 2, "{} line(s) about a changed input for 2 streams of fixed sizes:\n{}", said.len(), said.join("\n"));
+    assert_eq!(both.len(), 24, "every frame of both streams");
+    for (s, uri) in [("hd", &big), ("sd", &small)] {
+        let (alone, _) = run(s, &[(s, uri.as_path())]);
+        assert_eq!(alone.len(), 12);
+        for a in &alone {
+            let b = both.iter().find(|b| b["stream"] == a["stream"] && b["seq"] == a["seq"]).expect("the same frame in the fan-in");
+            let (want, got) = (bboxes(a, "boxes"), bboxes(b, "boxes"));
+            assert_eq!(want.len(), got.len(), "stream {s} frame {}: {want:?} vs {got:?}", a["seq"]);
+            assert!(!want.is_empty() || s == "sd", "text is found in the 720p stream");
+            for (w, g) in want.iter().zip(&got) {
+                assert!(iou(w, g) > 0.98, "stream {s} frame {}: {w:?} vs {g:?}", a["seq"]);
+            }
+        }
+    }
+}

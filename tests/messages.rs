@@ -6,8 +6,8 @@ mod util;
 use util::*;
 
 /// A pipeline in `pipelines/` naming `../samples/…` (here through a symlinked
-/// `samples` folder): the log shows the path tidied by its text, the symlink
-/// kept, and says the decode choice once, in the summary.
+/// `samples` folder) and writing `../out/…`: the log shows the paths tidied by
+/// their text, the symlink kept, and says the decode choice once, in the summary.
 #[test]
 fn paths_are_tidied_and_the_decode_choice_is_said_once() {
     require_assets();
@@ -15,13 +15,14 @@ fn paths_are_tidied_and_the_decode_choice_is_said_once() {
     std::os::unix::fs::symlink(root().join("samples"), dir.path().join("samples")).unwrap();
     std::fs::create_dir(dir.path().join("pipelines")).unwrap();
     let p = dir.path().join("pipelines/p.toml");
-    std::fs::write(&p, "[sources.cam]\nkind = \"file\"\nuri = \"../samples/text-720p.mp4\"\nmax_frames = 5\n[sinks.out]\nkind = \"null\"\ninputs = [\"cam\"]\n")
+    std::fs::write(&p, "[sources.cam]\nkind = \"file\"\nuri = \"../samples/text-720p.mp4\"\nmax_frames = 5\n[sinks.out]\nkind = \"ndjson\"\ninputs = [\"cam\"]\npath = \"../out/p.ndjson\"\n")
         .unwrap();
     let o = bin().arg("run").arg(&p).args(["--progress", "never"]).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let shown = format!("{}/samples/text-720p.mp4", dir.path().display());
     assert!(err.contains(&format!("source `cam` (file): {shown} (")), "the tidied path:\n{err}");
+    assert!(err.contains(&format!("NDJSON to {}/out/p.ndjson", dir.path().display())), "the sink's path tidied:\n{err}");
     assert!(!err.contains("/../"), "a path shown with `..`:\n{err}");
 
     let choice = err.lines().find_map(|l| l.strip_prefix("cam: decode ")).unwrap_or_else(|| panic!("no decode line:\n{err}"));

@@ -111,6 +111,10 @@ pub struct InputOptions {
     /// more is refused at open, larger frames later count as corrupt
     /// (default [`DEFAULT_MAX_PIXELS`]).
     pub max_pixels: Option<u64>,
+    /// Video: damaged data is an error (the frame is skipped and counted)
+    /// rather than concealed (FFmpeg's `err_detect explode`); for still
+    /// images, where a concealed half-grey picture would pass as good.
+    pub strict: bool,
 }
 
 /// A question FFmpeg asks while it waits on an input: stop waiting?
@@ -159,30 +163,8 @@ pub fn shown_name(path: &Path) -> String {
     } else if text.contains("://") {
         mask_credentials(&text).into_owned()
     } else {
-        mask_credentials(&normalize(path).to_string_lossy()).into_owned()
+        mask_credentials(&crate::config::tidy_path(path).to_string_lossy()).into_owned()
     }
-}
-
-/// `path` without `.` components and with each `dir/..` taken out, by its
-/// text alone (a `..` at the start of a relative path stays; one above the
-/// root is dropped, as the root's parent is the root).
-pub fn normalize(path: &Path) -> std::path::PathBuf {
-    use std::path::Component;
-    let mut out: Vec<Component> = Vec::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => match out.last() {
-                Some(Component::Normal(_)) => {
-                    out.pop();
-                }
-                Some(Component::RootDir | Component::Prefix(_)) => {}
-                _ => out.push(c),
-            },
-            c => out.push(c),
-        }
-    }
-    if out.is_empty() { std::path::PathBuf::from(".") } else { out.iter().collect() }
 }
 
 /// An open input, and stdin's read mode while FFmpeg reads it (restored after
@@ -337,6 +319,12 @@ pub struct StreamInfo {
 }
 
 impl StreamInfo {
+    /// The quarter turn (90, 180, 270 degrees clockwise) the container asks
+    /// for, when it asks for one.
+    pub fn quarter_turn(&self) -> Option<u32> {
+        self.rotation.map(|r| r as u32).filter(|r| [90, 180, 270].contains(r))
+    }
+
     /// What the container asks a player to do with the picture, and that it
     /// is not done, in words for the log; `None` when it asks nothing.
     pub fn turn_note(&self) -> Option<String> {
@@ -366,11 +354,43 @@ pub struct VideoDecoder {
     /// Stretches of corrupt data, each ended by a keyframe (or the end of the stream).
     pub corrupt_bursts: u64,
     burst: Option<Burst>,
+    /// Set when the input ended by itself short of what its container says
+    /// (see [`Truncation`]); the frames of a damaged stretch running into the
+    /// cut are counted here, not as corrupt data.
+    pub truncated: Option<Truncation>,
+    /// Packets of the video stream read so far, and the earliest and latest
+    /// timestamps among them (stream time base): how far the input got.
+    packets: u64,
+    packet_span: Option<(i64, i64)>,
     pub info: StreamInfo,
     /// Reading ended because the interrupt asked it to (the pipeline is stopping).
     interrupted: bool,
     /// Last, so stdin's mode comes back after the input is closed.
     _stdin: Option<NonBlockingStdin>,
+}
+
+/// An input that ended early: the demuxer reached the end of the data
+/// before the frame count its container lists (mp4, mov), before the
+/// duration it declares (Matroska, WebM), or part-way through a packet
+/// (MPEG-TS, whose duration is read from its last packets and so cannot tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// Frames the whole input would have had, as its container says
+    /// (listed, or duration × frame rate); `None` when it does not say.
+    pub expected: Option<u64>,
+    /// Frames of the damaged stretch that ran into the cut (incomplete data), not counted as corrupt.
+    pub lost_at_cut: u64,
+}
+
+impl Truncation {
+    /// `truncated: ended early after N frames (expected about M)`, N the frames given.
+    pub fn describe(&self, frames: u64) -> String {
+        let expected = match self.expected {
+            Some(m) => format!("expected about {m}"),
+            None => "the file ends part-way through a packet".into(),
+        };
+        format!("truncated: ended early after {frames} frames ({expected})")
+    }
 }
 
 /// A stretch of corrupt input being skipped.
@@ -401,7 +421,7 @@ impl VideoDecoder {
 
     fn open_full(path: &Path, threads: usize, opts: &InputOptions, hw: Option<&HwDevice>) -> Result<Self, FfmpegError> {
         let Opened { input, stdin } = open_input(path, opts)?;
-        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS))
+        Self::with_input(shown_name(path), input, stdin, threads, hw, opts.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS), opts.strict)
     }
 
     fn with_input(
@@ -411,6 +431,7 @@ impl VideoDecoder {
         threads: usize,
         hw: Option<&HwDevice>,
         max_pixels: u64,
+        strict: bool,
     ) -> Result<Self, FfmpegError> {
         let stream = input.streams().best(ff::media::Type::Video).ok_or_else(|| FfmpegError::NoVideo { path: p.clone() })?;
         let stream_index = stream.index();
@@ -434,6 +455,10 @@ impl VideoDecoder {
         // SAFETY: `ctx` is an unopened codec context we own; `max_pixels` is a
         // documented decoder option read when frames are allocated.
         unsafe { (*ctx.as_mut_ptr()).max_pixels = max_pixels.min(i64::MAX as u64) as i64 };
+        if strict {
+            // SAFETY: as above; `err_recognition` is a documented decoder option read when it opens.
+            unsafe { (*ctx.as_mut_ptr()).err_recognition |= ffi::AV_EF_EXPLODE };
+        }
         let decoder =
             ctx.decoder().video().map_err(|source| FfmpegError::Decoder { path: p.clone(), codec: format!("{codec_id:?}"), source })?;
         let tb = stream.time_base();
@@ -482,6 +507,9 @@ impl VideoDecoder {
             skipped_frames: 0,
             corrupt_bursts: 0,
             burst: None,
+            truncated: None,
+            packets: 0,
+            packet_span: None,
             info,
             interrupted: false,
             _stdin: stdin,
@@ -510,7 +538,7 @@ impl VideoDecoder {
                     return Ok(Some(&self.frame));
                 }
                 Err(ff::Error::Eof) => {
-                    self.end_burst(None);
+                    self.end_of_input();
                     return Ok(None);
                 }
                 Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => {}
@@ -522,11 +550,57 @@ impl VideoDecoder {
                 }
             }
             if self.eof_sent {
-                self.end_burst(None);
+                self.end_of_input();
                 return Ok(None);
             }
             self.feed();
         }
+    }
+
+    /// The decoder has given its last frame: tell a cut input from one that
+    /// ended where its container says, and close the open stretch of corrupt
+    /// data (at a cut, its frames are the cut's, not corrupt data).
+    fn end_of_input(&mut self) {
+        if self.truncated.is_none() && !self.interrupted {
+            self.truncated = self.truncation();
+            if let Some(t) = self.truncated.as_mut()
+                && let Some(b) = self.burst.take()
+            {
+                t.lost_at_cut = b.frames;
+                self.skipped_frames -= b.frames;
+                tracing::debug!(path = %self.path, frames = b.frames, "incomplete frames at the cut");
+            }
+        }
+        self.end_burst(None);
+    }
+
+    /// Whether the input, read to its end, stops short of what its container says.
+    fn truncation(&self) -> Option<Truncation> {
+        let cut = |expected| Some(Truncation { expected, lost_at_cut: 0 });
+        if let Some(n) = self.info.declared_frames {
+            // One short: an edit list or a last frame dropped, not a cut.
+            return if self.packets + 1 < n { cut(Some(n)) } else { None };
+        }
+        if let (Some(duration), Some(fps)) = (self.info.duration, self.info.fps) {
+            let (num, den) = self.info.time_base;
+            let reached = self.packet_span.map_or(0.0, |(a, b)| (b - a) as f64 * num as f64 / den.max(1) as f64 + 1.0 / fps);
+            if reached + 1.5 / fps < duration {
+                return cut(Some((duration * fps).round() as u64));
+            }
+        }
+        // MPEG-TS comes in packets of 188 bytes (192 in M2TS, 204 with FEC): a file
+        // ending inside one was cut.
+        if self.input.format().name().split(',').any(|n| n == "mpegts") {
+            // SAFETY: reads the size of the open input's own I/O context (null for none); no data is read.
+            let size = unsafe {
+                let pb = (*self.input.as_ptr()).pb;
+                if pb.is_null() { -1 } else { ffi::avio_size(pb) }
+            };
+            if size > 0 && [188, 192, 204].iter().all(|p| size % p != 0) {
+                return cut(None);
+            }
+        }
+        None
     }
 
     /// The read error that ended the input (`None`: it ended normally, or has not ended).
@@ -566,6 +640,10 @@ impl VideoDecoder {
         loop {
             match packet.read(&mut self.input) {
                 Ok(()) if packet.stream() == self.stream_index => {
+                    self.packets += 1;
+                    if let Some(p) = packet.pts().or(packet.dts()) {
+                        self.packet_span = Some(self.packet_span.map_or((p, p), |(a, b)| (a.min(p), b.max(p))));
+                    }
                     if let Err(e) = self.decoder.send_packet(&packet) {
                         tracing::debug!(path = %self.path, error = %e, "packet rejected");
                         self.damaged(packet.pts());
@@ -905,6 +983,170 @@ pub fn copy_to_image(frame: &ff::frame::Video, pool: &Pool<u8>) -> Result<Image,
     let base = buf.as_ptr() as usize;
     let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
     Ok(Image { width: w, height: h, format: frame.format(), color: color_of(frame), offsets, strides, storage: Storage::Host(buf) })
+}
+
+/// `image` turned `degrees` clockwise (see [`turn_image`]); a layout that
+/// cannot be turned in place (4:2:2, YUYV, ...) is first converted to 4:4:4
+/// in its own colour matrix and range, and turned in that.
+pub fn turn_picture(image: &Image, degrees: u32, pool: &Pool<u8>) -> Result<Image, String> {
+    let refused = match turn_image(image, degrees, pool) {
+        Ok(t) => return Ok(t),
+        Err(e) => e,
+    };
+    if image.host().is_none() || image.format == Pixel::YUV444P {
+        return Err(refused);
+    }
+    let (w, h) = (image.width, image.height);
+    let mut scaler = Scaler::new_to(image, w, h, Pixel::YUV444P, sws_flags(crate::config::Interpolation::Bilinear), Some(image.color))
+        .map_err(|e| format!("{refused}: {e}"))?;
+    let mut full = ff::frame::Video::new(Pixel::YUV444P, w, h);
+    scaler.run_into(image, &mut full).map_err(|e| format!("{refused}: {e}"))?;
+    let mut full = copy_to_image(&full, pool)?;
+    full.color = image.color;
+    turn_image(&full, degrees, pool)
+}
+
+/// `image` turned `degrees` clockwise (90, 180 or 270) into a pooled host
+/// buffer of the same pixel format: width and height swap for 90 and 270.
+/// Each plane is turned element by element (a pixel of a packed plane, a
+/// chroma pair of NV12); formats whose chroma is subsampled unevenly (4:2:2,
+/// 4:1:1) cannot be turned a quarter in their own layout, nor packed ones
+/// whose pixels share chroma (YUYV) turned at all: those are refused.
+pub fn turn_image(image: &Image, degrees: u32, pool: &Pool<u8>) -> Result<Image, String> {
+    let src = image.host().ok_or("the picture is not in host memory")?;
+    let fmt: ffi::AVPixelFormat = image.format.into();
+    // SAFETY: a lookup in FFmpeg's static pixel format table; null for an unknown format.
+    let desc = unsafe { ffi::av_pix_fmt_desc_get(fmt) };
+    if desc.is_null() {
+        return Err(format!("cannot turn a {:?} picture", image.format));
+    }
+    // SAFETY: non-null descriptors are static.
+    let desc = unsafe { &*desc };
+    let unsupported = (ffi::AV_PIX_FMT_FLAG_BITSTREAM | ffi::AV_PIX_FMT_FLAG_HWACCEL | ffi::AV_PIX_FMT_FLAG_PAL) as u64;
+    let quarter = degrees % 180 == 90;
+    if desc.flags & unsupported != 0 || (quarter && desc.log2_chroma_w != desc.log2_chroma_h) {
+        return Err(format!("cannot turn a {:?} picture {degrees}°", image.format));
+    }
+    let (w, h) = (image.width, image.height);
+    let (tw, th) = if quarter { (h, w) } else { (w, h) };
+    // SAFETY: plain arithmetic on the format descriptor.
+    let size = unsafe { ffi::av_image_get_buffer_size(fmt, tw as i32, th as i32, 1) };
+    if size <= 0 {
+        return Err(format!("cannot lay out a turned {tw}x{th} {:?} picture", image.format));
+    }
+    let mut buf = pool.get(size as usize);
+    let mut ptrs = [std::ptr::null_mut::<u8>(); 4];
+    let mut strides = [0i32; 4];
+    // SAFETY: computes plane pointers into `buf` (of the size just asked for) for the packed layout.
+    let filled = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), fmt, tw as i32, th as i32, 1) };
+    if filled < 0 {
+        return Err(format!("cannot lay out a turned picture ({filled})"));
+    }
+    let base = buf.as_ptr() as usize;
+    let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+    let ceil_shift = |v: u32, s: u8| (v + (1 << s) - 1) >> s;
+    for plane in 0..4usize {
+        let comps = &desc.comp[..desc.nb_components as usize];
+        let Some(step) = comps.iter().filter(|c| c.plane as usize == plane).map(|c| c.step as usize).max() else { continue };
+        // Packed with shared chroma (YUYV: Y U Y V): a pixel is not an element of its own.
+        if comps.iter().any(|c| c.plane as usize == plane && c.step as usize != step) {
+            return Err(format!("cannot turn a {:?} picture", image.format));
+        }
+        // Chroma planes (components 1 and 2 without luma) are subsampled; the others are full size.
+        let chroma = comps.iter().enumerate().all(|(i, c)| c.plane as usize != plane || i == 1 || i == 2) && desc.nb_components >= 3;
+        let (pw, ph) = if chroma { (ceil_shift(w, desc.log2_chroma_w), ceil_shift(h, desc.log2_chroma_h)) } else { (w, h) };
+        let (pw, ph) = (pw as usize, ph as usize);
+        let (sstride, dstride) = (image.strides[plane] as usize, strides[plane] as usize);
+        let (so, d0) = (image.offsets[plane], offsets[plane]);
+        if src.len() < so + sstride * ph.saturating_sub(1) + pw * step {
+            return Err("the picture is smaller than its layout".into());
+        }
+        for sy in 0..ph {
+            let row = &src[so + sy * sstride..so + sy * sstride + pw * step];
+            for sx in 0..pw {
+                let (dx, dy) = match degrees {
+                    90 => (ph - 1 - sy, sx),
+                    180 => (pw - 1 - sx, ph - 1 - sy),
+                    _ => (sy, pw - 1 - sx),
+                };
+                let d = d0 + dy * dstride + dx * step;
+                buf[d..d + step].copy_from_slice(&row[sx * step..sx * step + step]);
+            }
+        }
+    }
+    Ok(Image { width: tw, height: th, format: image.format, color: image.color, offsets, strides, storage: Storage::Host(buf) })
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::*;
+
+    /// A packed host image of `fmt`, `w` x `h`, its bytes `data`.
+    fn image(fmt: Pixel, w: u32, h: u32, data: &[u8], pool: &Pool<u8>) -> Image {
+        let f: ffi::AVPixelFormat = fmt.into();
+        let mut buf = pool.get(data.len());
+        buf.copy_from_slice(data);
+        let (mut ptrs, mut strides) = ([std::ptr::null_mut::<u8>(); 4], [0i32; 4]);
+        // SAFETY: plane pointers into `buf`, which holds the packed layout of this size (checked by the caller).
+        let n = unsafe { ffi::av_image_fill_arrays(ptrs.as_mut_ptr(), strides.as_mut_ptr(), buf.as_ptr(), f, w as i32, h as i32, 1) };
+        assert_eq!(n as usize, data.len());
+        let base = buf.as_ptr() as usize;
+        let offsets = ptrs.map(|p| if p.is_null() { 0 } else { p as usize - base });
+        Image {
+            width: w,
+            height: h,
+            format: fmt,
+            color: ColorInfo { matrix: Matrix::Bt601, full_range: false },
+            offsets,
+            strides,
+            storage: Storage::Host(buf),
+        }
+    }
+
+    #[test]
+    fn a_quarter_turn_clockwise_puts_the_bottom_left_corner_top_left() {
+        let pool = Pool::new(4);
+        // 3x2 grey:  1 2 3 / 4 5 6  turned 90° clockwise is 2x3:  4 1 / 5 2 / 6 3
+        let g = image(Pixel::GRAY8, 3, 2, &[1, 2, 3, 4, 5, 6], &pool);
+        let t = turn_image(&g, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (2, 3, &[4, 1, 5, 2, 6, 3][..]));
+        let t = turn_image(&g, 270, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (2, 3, &[3, 6, 2, 5, 1, 4][..]));
+        let t = turn_image(&g, 180, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.host().unwrap()), (3, 2, &[6, 5, 4, 3, 2, 1][..]));
+    }
+
+    /// NV12's chroma pairs move as one element; four quarter turns give the picture back.
+    #[test]
+    fn chroma_pairs_turn_whole_and_four_turns_are_none() {
+        let pool = Pool::new(8);
+        // 4x2 NV12: 8 luma bytes, one row of two (U, V) pairs.
+        let data = [10, 11, 12, 13, 14, 15, 16, 17, 100, 200, 101, 201];
+        let img = image(Pixel::NV12, 4, 2, &data, &pool);
+        let t = turn_image(&img, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height), (2, 4));
+        let chroma = &t.host().unwrap()[t.offsets[1]..];
+        assert_eq!(chroma, [100, 200, 101, 201], "pairs kept whole, one per row of the turned picture");
+        let mut back = img;
+        for _ in 0..4 {
+            back = turn_image(&back, 90, &pool).unwrap();
+        }
+        assert_eq!(back.host().unwrap(), data);
+        let yuyv = image(Pixel::YUYV422, 2, 2, &[0; 8], &pool);
+        assert!(turn_image(&yuyv, 90, &pool).is_err(), "4:2:2 cannot be turned a quarter in its own layout");
+        assert!(turn_image(&yuyv, 180, &pool).is_err(), "nor can a layout whose pixels share their chroma");
+        // Those are turned in 4:4:4: grey (Y 16 to 235, no colour) stays grey, turned.
+        let mut data = [128u8; 8];
+        for (i, y) in [16u8, 60, 180, 235].into_iter().enumerate() {
+            data[i * 2] = y;
+        }
+        let yuyv = image(Pixel::YUYV422, 2, 2, &data, &pool);
+        let t = turn_picture(&yuyv, 90, &pool).unwrap();
+        assert_eq!((t.width, t.height, t.format), (2, 2, Pixel::YUV444P));
+        let host = t.host().unwrap();
+        assert_eq!(&host[..4], [180, 16, 235, 60], "luma turned clockwise");
+        assert!(host[4..].iter().all(|c| c.abs_diff(128) <= 1), "no colour: {host:?}");
+    }
 }
 
 /// A swscale context from one image geometry to a packed RGB24/BGR24 output,
@@ -1421,7 +1663,97 @@ pub fn choose_encoder(s: &EncoderSettings) -> Result<ChosenEncoder, String> {
     Ok(ChosenEncoder { name: s.codec.clone(), options, note: None })
 }
 
-/// An encoder + muxer writing one video stream to a file or stdout.
+/// Where and how a video is written: the muxer, its options and the keyframe spacing.
+#[derive(Debug, Clone)]
+pub struct OutputSpec {
+    /// FFmpeg muxer name (`mp4`, `matroska`, `mpegts`, `flv`, `rtsp`).
+    pub muxer: String,
+    pub muxer_options: Vec<(String, String)>,
+    /// Force a keyframe at least this often (seconds of source time); `None`: the encoder's own spacing.
+    pub keyframe_interval_s: Option<f64>,
+    /// A server at the other end (a URL): connecting and each write give up
+    /// after a few seconds rather than wait for a server that went away.
+    pub network: bool,
+}
+
+/// How long a network output may take to connect (and write its header).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long one write (or the trailer) to a network output may take.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The time by which the current network operation must be done, read by
+/// FFmpeg's interrupt callback: nanoseconds since [`clock_ns`]'s start; 0: none.
+struct Deadline(std::sync::atomic::AtomicU64);
+
+fn clock_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
+impl Deadline {
+    /// Every operation from now on gives up at once.
+    const NOW: u64 = 1;
+
+    fn arm(&self, within: Option<std::time::Duration>) {
+        let at = within.map_or(0, |d| clock_ns() + d.as_nanos() as u64);
+        self.0.store(at, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// FFmpeg asks this between the steps of a blocking network read or write;
+/// non-zero aborts it (AVERROR_EXIT).
+unsafe extern "C" fn past_deadline(opaque: *mut std::ffi::c_void) -> std::ffi::c_int {
+    // SAFETY: `opaque` is the `Deadline` boxed in the `VideoEncoder` that owns
+    // the context calling this; the box is dropped after the context.
+    let d = unsafe { &*(opaque as *const Deadline) };
+    let at = d.0.load(std::sync::atomic::Ordering::Relaxed);
+    std::ffi::c_int::from(at == Deadline::NOW || (at != 0 && clock_ns() > at))
+}
+
+/// Protocol options for writing `target`. SRT in live mode drops what is
+/// still unsent when the connection closes (the last half second or so of a
+/// stream): it waits up to 2 s for it, unless the URL says otherwise.
+fn io_options(target: &str) -> ff::Dictionary<'static> {
+    let mut d = ff::Dictionary::new();
+    if target.to_ascii_lowercase().starts_with("srt://") && !target.contains("linger=") {
+        d.set("linger", "2");
+    }
+    d
+}
+
+/// An output context for `target` in `muxer`, its I/O opened (unless the
+/// muxer does its own, as RTSP does) with `deadline` as the interrupt.
+fn open_output(target: &str, muxer: &str, deadline: &Deadline) -> Result<ff::format::context::Output, String> {
+    let c_target = std::ffi::CString::new(target).map_err(|_| format!("{target}: a NUL byte in the name"))?;
+    let c_muxer = std::ffi::CString::new(muxer).map_err(|_| format!("{muxer}: a NUL byte in the muxer name"))?;
+    // SAFETY: `ps` is a fresh context, wrapped at once so that every path frees
+    // it (ffmpeg-next's Output closes `pb`, null or not, then frees the
+    // context). The interrupt's opaque pointer is `deadline`, which the caller
+    // keeps alive longer than the context. `pb` is opened by FFmpeg only when
+    // the muxer wants a file handle (not AVFMT_NOFILE); the options dictionary
+    // is handed to FFmpeg and taken back (with what it did not use) as ffmpeg-next does.
+    unsafe {
+        let mut ps = std::ptr::null_mut();
+        let r = ffi::avformat_alloc_output_context2(&mut ps, std::ptr::null_mut(), c_muxer.as_ptr(), c_target.as_ptr());
+        if r < 0 || ps.is_null() {
+            return Err(format!("cannot create {target}: {}", ff::Error::from(r)));
+        }
+        (*ps).interrupt_callback =
+            ffi::AVIOInterruptCB { callback: Some(past_deadline), opaque: deadline as *const Deadline as *mut std::ffi::c_void };
+        let out = ff::format::context::Output::wrap(ps);
+        if (*(*ps).oformat).flags & ffi::AVFMT_NOFILE == 0 {
+            let mut opts = io_options(target).disown();
+            let r = ffi::avio_open2(&mut (*ps).pb, c_target.as_ptr(), ffi::AVIO_FLAG_WRITE, &(*ps).interrupt_callback, &mut opts);
+            drop(ff::Dictionary::own(opts));
+            if r < 0 {
+                return Err(format!("cannot open {target}: {}", ff::Error::from(r)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// An encoder + muxer writing one video stream to a file, stdout or a server.
 pub struct VideoEncoder {
     target: String,
     octx: ff::format::context::Output,
@@ -1436,9 +1768,16 @@ pub struct VideoEncoder {
     last_duration: i64,
     /// Frame durations by pts, for the packets that come out of the encoder.
     durations: std::collections::HashMap<i64, i64>,
+    /// Forced keyframes: their spacing in the encoder's time base, and when the next one is due.
+    key_every: Option<i64>,
+    next_key: Option<i64>,
     /// Frames handed to the encoder.
     pub frames: u64,
     finished: bool,
+    /// Network outputs: how long each write may take.
+    write_timeout: Option<std::time::Duration>,
+    /// Read by the interrupt callback of `octx`: declared after it, so dropped after it.
+    deadline: Box<Deadline>,
 }
 
 // SAFETY: the FFmpeg contexts inside have no thread affinity; the encoder is
@@ -1446,32 +1785,53 @@ pub struct VideoEncoder {
 unsafe impl Send for VideoEncoder {}
 
 impl VideoEncoder {
-    /// Create `target` (a path, or `pipe:1` for stdout) in container `muxer` with
-    /// one `w`x`h` stream in time base `tb` (the source's), and write its header.
+    /// Create `target` (a path, `pipe:1` for stdout, or a URL) as `spec` says,
+    /// with one `w`x`h` stream in time base `tb` (the source's), and write its
+    /// header (for a server: connect).
     /// `input`: NV12 pictures in device memory (NVENC) of that colour, rather
     /// than host YUV 4:2:0 pictures.
     pub fn create(
         target: &str,
-        muxer: &str,
-        muxer_options: &[(String, String)],
+        spec: &OutputSpec,
         encoder: &ChosenEncoder,
         (w, h): (u32, u32),
         tb: (i32, i32),
         input: Option<(&DeviceFrames, ColorInfo)>,
     ) -> Result<Self, String> {
         init();
-        let mut octx = ff::format::output_as(&target, muxer).map_err(|e| format!("cannot create {target}: {e}"))?;
+        let deadline = Box::new(Deadline(std::sync::atomic::AtomicU64::new(0)));
+        deadline.arm(spec.network.then_some(CONNECT_TIMEOUT));
+        let shown = mask_credentials(target).into_owned();
+        let timed_out = |e: String| {
+            if spec.network && e.contains(&ff::Error::Exit.to_string()) {
+                format!("{shown}: no answer within {} s", CONNECT_TIMEOUT.as_secs())
+            } else {
+                e
+            }
+        };
+        let mut octx = open_output(target, &spec.muxer, &deadline).map_err(|e| timed_out(e.replace(target, &shown)))?;
         let global_header = octx.format().flags().contains(ff::format::Flags::GLOBAL_HEADER);
         let enc_tb = ff::Rational::new(tb.0.max(1), tb.1.max(1));
-        let enc = open_encoder(&encoder.name, &encoder.options, w, h, enc_tb, global_header, input)?;
+        let mut options = encoder.options.clone();
+        if spec.keyframe_interval_s.is_some() {
+            // A forced keyframe is an IDR picture, where a player (or a fragment) can start.
+            options.push(("forced-idr".into(), "1".into()));
+        }
+        if spec.network {
+            // Live: each picture leaves as soon as it is encoded, in order (RTP carries no decode times).
+            options.push(("bf".into(), "0".into()));
+        }
+        let enc = open_encoder(&encoder.name, &options, w, h, enc_tb, global_header, input)?;
         let codec = ff::codec::encoder::find_by_name(&encoder.name);
-        let mut ost = octx.add_stream(codec).map_err(|e| format!("{target}: cannot add a stream: {e}"))?;
+        let mut ost = octx.add_stream(codec).map_err(|e| format!("{shown}: cannot add a stream: {e}"))?;
         ost.set_parameters(&enc);
         ost.set_time_base(enc_tb);
-        octx.write_header_with(dictionary(muxer_options)).map_err(|e| format!("{target}: cannot write the header: {e}"))?;
+        octx.write_header_with(dictionary(&spec.muxer_options)).map_err(|e| timed_out(format!("{shown}: cannot write the header: {e}")))?;
         let ost_tb = octx.stream(0).map(|s| s.time_base()).unwrap_or(enc_tb);
+        let key_every =
+            spec.keyframe_interval_s.map(|s| ((s * enc_tb.denominator() as f64 / enc_tb.numerator() as f64).round() as i64).max(1));
         Ok(VideoEncoder {
-            target: target.to_string(),
+            target: shown,
             octx,
             encoder: enc,
             enc_tb,
@@ -1482,8 +1842,12 @@ impl VideoEncoder {
             last_pts: None,
             last_duration: 1,
             durations: Default::default(),
+            key_every,
+            next_key: None,
             frames: 0,
             finished: false,
+            write_timeout: spec.network.then_some(WRITE_TIMEOUT),
+            deadline,
         })
     }
 
@@ -1506,6 +1870,14 @@ impl VideoEncoder {
         }
         self.last_pts = Some(pts);
         picture.set_pts(Some(pts));
+        let key = self.key_every.is_some_and(|every| {
+            let due = self.next_key.is_none_or(|k| pts >= k);
+            if due {
+                self.next_key = Some(pts + every);
+            }
+            due
+        });
+        picture.set_kind(if key { ff::picture::Type::I } else { ff::picture::Type::None });
         if let Some(prev) = self.pending.replace(picture) {
             self.send(prev, self.last_duration)?;
         }
@@ -1518,6 +1890,7 @@ impl VideoEncoder {
         }
         self.encoder.send_frame(&picture).map_err(|e| format!("{}: encoding: {e}", self.target))?;
         self.frames += 1;
+        self.deadline.arm(self.write_timeout);
         self.drain()
     }
 
@@ -1532,13 +1905,25 @@ impl VideoEncoder {
                         packet.set_duration(d);
                     }
                     packet.rescale_ts(self.enc_tb, self.ost_tb);
-                    packet.write_interleaved(&mut self.octx).map_err(|e| format!("{}: writing: {e}", self.target))?;
+                    packet.write_interleaved(&mut self.octx).map_err(|e| match e {
+                        ff::Error::Exit => format!("{}: writing: no progress within {} s", self.target, WRITE_TIMEOUT.as_secs()),
+                        e => format!("{}: writing: {e}", self.target),
+                    })?;
                 }
                 Err(ff::Error::Eof) => return Ok(()),
                 Err(ff::Error::Other { errno }) if errno == ffi::EAGAIN => return Ok(()),
                 Err(e) => return Err(format!("{}: encoding: {e}", self.target)),
             }
         }
+    }
+
+    /// Close a connection that failed: whatever is still buffered is given up
+    /// at once rather than waited for.
+    pub fn abandon(mut self) {
+        self.finished = true;
+        self.deadline.0.store(Deadline::NOW, std::sync::atomic::Ordering::Relaxed);
+        // Closes what the muxer opened itself (RTSP's RTP streams and its connection); the error is expected.
+        let _ = self.octx.write_trailer();
     }
 
     /// Flush the encoder and write the trailer: the file is complete and playable.
@@ -1551,6 +1936,7 @@ impl VideoEncoder {
         }
         self.encoder.send_eof().map_err(|e| format!("{}: flushing the encoder: {e}", self.target))?;
         self.drain()?;
+        self.deadline.arm(self.write_timeout);
         self.octx.write_trailer().map_err(|e| format!("{}: writing the trailer: {e}", self.target))
     }
 }

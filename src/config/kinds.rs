@@ -15,6 +15,7 @@ pub enum NodeKind {
     File(FileSourceConfig),
     Rtsp(RtspSourceConfig),
     Dir(DirSourceConfig),
+    ImageSequence(ImageSequenceConfig),
     Audio(AudioSourceConfig),
     TestSrc(TestSrcConfig),
     AudioTestSrc(AudioTestSrcConfig),
@@ -42,6 +43,7 @@ impl NodeKind {
             NodeKind::File(_) => "file",
             NodeKind::Rtsp(_) => "rtsp",
             NodeKind::Dir(_) => "dir",
+            NodeKind::ImageSequence(_) => "image_sequence",
             NodeKind::Audio(_) => "audio",
             NodeKind::TestSrc(_) => "testsrc",
             NodeKind::AudioTestSrc(_) => "audio_testsrc",
@@ -65,7 +67,7 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "audio", "testsrc", "audio_testsrc", "detections"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections"];
 const STAGE_KINDS: &[&str] =
     &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level", "track"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
@@ -83,6 +85,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Source, "file") => NodeKind::File(FileSourceConfig::deserialize(d)?),
         (Role::Source, "rtsp") => NodeKind::Rtsp(RtspSourceConfig::deserialize(d)?),
         (Role::Source, "dir") => NodeKind::Dir(DirSourceConfig::deserialize(d)?),
+        (Role::Source, "image_sequence") => NodeKind::ImageSequence(ImageSequenceConfig::deserialize(d)?),
         (Role::Source, "audio") => NodeKind::Audio(AudioSourceConfig::deserialize(d)?),
         (Role::Source, "testsrc") => NodeKind::TestSrc(TestSrcConfig::deserialize(d)?),
         (Role::Source, "audio_testsrc") => NodeKind::AudioTestSrc(AudioTestSrcConfig::deserialize(d)?),
@@ -147,6 +150,19 @@ pub struct FileSourceConfig {
     /// the input (default `uridecodebin uri={uri}`); the frames are taken from
     /// its `appsink` (one is added when the line has none).
     pub launch: Option<Spanned<String>>,
+    /// Turn frames as the container's display matrix asks (`auto`), or process them as stored (`none`, default).
+    pub rotate: Option<Spanned<Rotate>>,
+}
+
+/// `rotate` of a `file` or `dir` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rotate {
+    /// Frames as stored; a warning says what the container asks for.
+    #[default]
+    None,
+    /// Frames turned by a quarter turn the display matrix asks for (90°, 180°, 270°) before the pipeline sees them.
+    Auto,
 }
 
 fn ffmpeg_backend() -> Spanned<DecodeBackend> {
@@ -197,6 +213,34 @@ pub struct DirSourceConfig {
     pub window: Option<Spanned<usize>>,
     /// Audio: samples between window starts (default: the window).
     pub hop: Option<Spanned<usize>>,
+    /// Video: turn frames as each file's display matrix asks (`auto`), or process them as stored (`none`, default).
+    #[serde(default)]
+    pub rotate: Rotate,
+}
+
+/// `kind = "image_sequence"`: still images (JPEG, PNG, ...) as one video
+/// stream, in natural name order, at a set frame rate.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSequenceConfig {
+    /// A folder of images, or a numbered pattern such as `frames/img%05d.jpg`
+    /// (relative to the pipeline file).
+    pub path: Spanned<String>,
+    /// Frames per second the timestamps follow.
+    #[serde(default = "image_sequence_fps")]
+    pub fps: Spanned<f64>,
+    /// Stop after this many frames.
+    #[serde(default, deserialize_with = "checked::opt_frames")]
+    pub max_frames: Option<u64>,
+    /// With a folder: only files with these extensions (case-insensitive,
+    /// without the dot); default jpg, jpeg, png, bmp, tif, tiff, webp.
+    pub extensions: Option<Vec<String>>,
+    /// Largest image (width × height) accepted; default `[pipeline] max_pixels`.
+    pub max_pixels: Option<u64>,
+}
+
+fn image_sequence_fps() -> Spanned<f64> {
+    Spanned::new(0..0, 25.0)
 }
 
 /// `media` of a `dir` or `rtsp` source: what it reads.
@@ -1077,6 +1121,10 @@ pub enum VideoContainer {
     Mp4,
     Matroska,
     Mpegts,
+    /// FLV, what RTMP carries.
+    Flv,
+    /// RTSP publishing (ANNOUNCE/RECORD) to a server.
+    Rtsp,
 }
 
 impl VideoContainer {
@@ -1086,16 +1134,28 @@ impl VideoContainer {
             VideoContainer::Mp4 => "mp4",
             VideoContainer::Matroska => "matroska",
             VideoContainer::Mpegts => "mpegts",
+            VideoContainer::Flv => "flv",
+            VideoContainer::Rtsp => "rtsp",
         }
     }
 
-    /// From a file name's extension.
+    /// From a URL's scheme (`rtmp://` → flv, `rtsp://` → RTSP, `srt://`,
+    /// `udp://` and `tcp://` → MPEG-TS) or a file name's extension.
     pub fn from_path(path: &str) -> Option<Self> {
+        if let Some((scheme, _)) = path.split_once("://") {
+            match scheme.to_ascii_lowercase().as_str() {
+                "rtmp" | "rtmps" => return Some(VideoContainer::Flv),
+                "rtsp" | "rtsps" => return Some(VideoContainer::Rtsp),
+                "srt" | "udp" | "tcp" => return Some(VideoContainer::Mpegts),
+                _ => {}
+            }
+        }
         let ext = std::path::Path::new(path).extension()?.to_str()?.to_ascii_lowercase();
         match ext.as_str() {
             "mp4" | "m4v" | "mov" => Some(VideoContainer::Mp4),
             "mkv" => Some(VideoContainer::Matroska),
             "ts" | "m2ts" => Some(VideoContainer::Mpegts),
+            "flv" => Some(VideoContainer::Flv),
             _ => None,
         }
     }
@@ -1106,9 +1166,10 @@ impl VideoContainer {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VideoSinkConfig {
-    /// `.mp4`, `.mkv` or `.ts` file (`{stream}` is replaced by the stream name), or `-` for stdout.
+    /// `.mp4`, `.mkv` or `.ts` file (`{stream}` is replaced by the stream name), `-` for
+    /// stdout, or a server to push to: `rtmp://`, `rtsp://`, `srt://`, `udp://` URL.
     pub path: Spanned<String>,
-    /// Container (default: from the extension; required for stdout: `mpegts` or `matroska`).
+    /// Container (default: from the URL scheme or the extension; required for stdout: `mpegts` or `matroska`).
     pub format: Option<Spanned<VideoContainer>>,
     /// An FFmpeg video encoder (`libx264`, `h264_nvenc`, ...) or `auto` (NVENC when it opens, else libx264).
     #[serde(default = "video_codec")]
@@ -1125,6 +1186,12 @@ pub struct VideoSinkConfig {
     /// mp4 only: fragmented mp4, playable even if the process is killed.
     #[serde(default)]
     pub fragmented: bool,
+    /// Seconds between keyframes (default 1 for fragmented mp4 and network
+    /// outputs, where a reader joins or a kill cuts at one; else the encoder's own).
+    pub keyframe_interval_s: Option<Spanned<f64>>,
+    /// Fragmented mp4: the longest fragment in ms (default 1000), about the most
+    /// that is lost if the process is killed.
+    pub fragment_duration_ms: Option<Spanned<u32>>,
 }
 
 fn video_codec() -> Spanned<String> {

@@ -223,6 +223,28 @@ pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
     t.parse().map_err(|_| "expected PORT or IP:PORT".to_string())
 }
 
+/// `path` as shown to a user (never opened by it): without `.` components and with each `dir/..` taken out, by its
+/// text alone (a `..` at the start of a relative path stays; one above the
+/// root is dropped, as the root's parent is the root).
+pub fn tidy_path(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() { PathBuf::from(".") } else { out.iter().collect() }
+}
+
 /// `scheme://...`
 pub fn is_url(s: &str) -> bool {
     s.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+'))

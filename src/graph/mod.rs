@@ -59,7 +59,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Rtsp(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
-        NodeKind::TestSrc(_) => DataType::Video,
+        NodeKind::TestSrc(_) | NodeKind::ImageSequence(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
         NodeKind::AudioLevel(_) => DataType::Level,
         NodeKind::Preprocess(_) => DataType::Tensor,
@@ -670,7 +670,8 @@ fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mu
         };
         // Unset variables and stdout are reported or allowed elsewhere.
         let (Ok(text), Ok(path)) = (cfg.expand(value), cfg.resolve_path(value)) else { continue };
-        if text == "-" {
+        // A server (a URL) is no file here: no folder to make, no file to share.
+        if text == "-" || crate::config::is_url(&text) {
             continue;
         }
         let path = lexical(&path);
@@ -783,7 +784,7 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
             ),
             (None, false) if crate::config::VideoContainer::from_path(path).is_none() => diags.push(
                 cfg.diag(v.path.span(), format!("video sink `{}`: cannot tell the container from `{path}`", node.name))
-                    .with_help("end the path with .mp4, .mkv or .ts, or set `format = \"mp4\" | \"matroska\" | \"mpegts\"`"),
+                    .with_help("end the path with .mp4, .mkv or .ts, push to an rtmp://, rtsp://, srt:// or udp:// URL, or set `format = \"mp4\" | \"matroska\" | \"mpegts\"`"),
             ),
             _ => {}
         }
@@ -792,6 +793,27 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
                 != Some(crate::config::VideoContainer::Mp4)
         {
             diags.push(cfg.diag(v.path.span(), format!("video sink `{}`: `fragmented` applies to mp4 only", node.name)));
+        }
+        if let Some(k) = &v.keyframe_interval_s
+            && !(k.get_ref().is_finite() && *k.get_ref() > 0.0)
+        {
+            diags.push(
+                cfg.diag(
+                    k.span(),
+                    format!("video sink `{}`: keyframe_interval_s must be a positive number of seconds, got {}", node.name, k.get_ref()),
+                )
+                .with_help("e.g. keyframe_interval_s = 1 (a keyframe each second)"),
+            );
+        }
+        if let Some(f) = &v.fragment_duration_ms {
+            if !v.fragmented {
+                diags.push(
+                    cfg.diag(f.span(), format!("video sink `{}`: `fragment_duration_ms` applies to fragmented mp4 only", node.name))
+                        .with_help("add `fragmented = true`, or remove `fragment_duration_ms`"),
+                );
+            } else if *f.get_ref() == 0 {
+                diags.push(cfg.diag(f.span(), format!("video sink `{}`: fragment_duration_ms must be at least 1", node.name)));
+            }
         }
         if let Err(e) = crate::backend::ffmpeg::check_video_encoder(v.codec.get_ref()) {
             diags.push(
@@ -1166,6 +1188,49 @@ mod tests {
         let dir = "[sources.d]\nkind = \"dir\"\npath = \"in\"\n[sinks.x]\nkind = \"ndjson\"\ninputs = [\"d\"]\npath = \"out/{stream}.ndjson\"\n[sinks.y]\nkind = \"ndjson\"\ninputs = [\"d\"]\npath = \"out/{stream}.ndjson\"\n";
         let e = errors(dir.to_string());
         assert!(e.len() == 1 && e[0].contains("sinks `x` and `y` would write the same file /p/out/{stream}.ndjson"), "{e:?}");
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    fn errors(src: String) -> Vec<String> {
+        let cfg = crate::config::parse(std::path::Path::new("/p/p.toml"), src).unwrap();
+        match check(&cfg) {
+            Ok(_) => Vec::new(),
+            Err(d) => d.0.iter().map(|d| d.headline()).collect(),
+        }
+    }
+
+    fn video(path: &str, extra: &str) -> String {
+        format!(
+            "[sources.a]\nkind = \"testsrc\"\n[sources.b]\nkind = \"testsrc\"\n[sinks.out]\nkind = \"video\"\ninputs = [\"a\", \"b\"]\npath = \"{path}\"\n{extra}"
+        )
+    }
+
+    /// A server URL is no file: its scheme tells the container, `{stream}`
+    /// may stand anywhere in it, and no folder or collision rule applies.
+    #[test]
+    fn server_urls_are_checked_as_urls_not_paths() {
+        for url in ["rtmp://127.0.0.1:1935/{stream}/live", "rtsp://127.0.0.1:8554/cams/{stream}", "srt://127.0.0.1:9000?streamid={stream}"]
+        {
+            assert_eq!(errors(video(url, "")), Vec::<String>::new(), "{url}");
+        }
+        assert_eq!(errors(video("udp://127.0.0.1:1234", "stream = \"a\"\n")), Vec::<String>::new());
+        // Still one stream per server URL.
+        let e = errors(video("udp://127.0.0.1:1234", ""));
+        assert!(e.len() == 1 && e[0].contains("fed by 2 streams"), "{e:?}");
+    }
+
+    #[test]
+    fn keyframe_and_fragment_settings_are_checked() {
+        let e = errors(video("out/{stream}.mp4", "keyframe_interval_s = 0\n"));
+        assert!(e.len() == 1 && e[0].contains("/p/p.toml:9:23: video sink `out`: keyframe_interval_s must be a positive number"), "{e:?}");
+        let e = errors(video("out/{stream}.mp4", "fragment_duration_ms = 500\n"));
+        assert!(e.len() == 1 && e[0].contains("`fragment_duration_ms` applies to fragmented mp4 only"), "{e:?}");
+        let ok = video("out/{stream}.mp4", "fragmented = true\nfragment_duration_ms = 500\nkeyframe_interval_s = 0.5\n");
+        assert_eq!(errors(ok), Vec::<String>::new());
     }
 }
 

@@ -900,6 +900,10 @@ fn run_node(
             if let Err(e) = &finished {
                 sd.fail(format!("sink `{name}`: {e}"));
             }
+            let losses = sink.output_losses();
+            st.losses.fetch_add(losses.lost, Ordering::Relaxed);
+            st.reconnects.fetch_add(losses.reconnects, Ordering::Relaxed);
+            st.undelivered.fetch_add(losses.undelivered, Ordering::Relaxed);
             links.ends.sink_finished(sink_no, finished.is_ok() && !dead);
         }
     }

@@ -70,6 +70,8 @@ pub struct NodeReport {
     pub longest_gap_ms: u64,
     /// Sources: times the input was played again (`restart = "always"`), not losses.
     pub loops: u64,
+    /// Sinks: frames not delivered while a server output was unreachable.
+    pub undelivered: u64,
 }
 
 /// Everything a run reports.
@@ -199,6 +201,7 @@ impl RunReport {
                     reconnects: s.reconnects.load(Ordering::Relaxed),
                     longest_gap_ms: s.longest_gap_ms.load(Ordering::Relaxed),
                     loops: s.loops.load(Ordering::Relaxed),
+                    undelivered: s.undelivered.load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -278,7 +281,14 @@ impl RunReport {
             let batches: u64 = n.batch_sizes.iter().map(|(_, c)| c).sum();
             let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
         }
-        for n in self.nodes.iter().filter(|n| n.stream_lost > 0) {
+        for n in self.nodes.iter().filter(|n| n.role == "sink" && (n.stream_lost > 0 || n.undelivered > 0)) {
+            let _ = writeln!(
+                s,
+                "{}: output lost {}×, reconnected {}×; {} frame(s) not delivered while it was unreachable",
+                n.name, n.stream_lost, n.reconnects, n.undelivered
+            );
+        }
+        for n in self.nodes.iter().filter(|n| n.role != "sink" && n.stream_lost > 0) {
             let _ = writeln!(
                 s,
                 "{}: stream lost {}×, reconnected {}×{}",
@@ -295,11 +305,7 @@ impl RunReport {
             let _ = writeln!(s, "{node}: decode {decode}");
         }
         for n in self.nodes.iter().filter(|n| n.role == "source" && n.decode_errors > 0) {
-            let _ = writeln!(
-                s,
-                "{}: {} frame(s) skipped for corrupt data in {} stretch(es), each resumed at the next keyframe",
-                n.name, n.decode_errors, n.corrupt_bursts
-            );
+            let _ = writeln!(s, "{}: {} frame(s) skipped for corrupt data in {} stretch(es)", n.name, n.decode_errors, n.corrupt_bursts);
         }
         for (node, provider) in &self.providers {
             let _ = writeln!(s, "{node}: execution provider {provider}");

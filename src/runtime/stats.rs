@@ -115,6 +115,8 @@ pub struct NodeStats {
     pub required: AtomicBool,
     /// Sources: since when and why the stream is lost now (`None`: not lost).
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
+    /// Sinks: frames a server output could not take (it was unreachable).
+    pub undelivered: AtomicU64,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -146,6 +148,7 @@ impl NodeStats {
             lost_now: Mutex::new(None),
             required: AtomicBool::new(true),
             loops: AtomicU64::new(0),
+            undelivered: AtomicU64::new(0),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),

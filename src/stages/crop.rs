@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use ffmpeg_next::format::Pixel;
 
-use crate::backend::ffmpeg::{Scaler, sws_flags};
+use crate::backend::ffmpeg::sws_flags;
 use crate::config::{ChannelOrder, CropConfig, Interpolation};
 use crate::frame::{CropBatch, Frame, Payload, Pool, PoolBuf, Tensor, TextBox};
 use crate::stages::postprocess::geometry::Pt;
 use crate::stages::preprocess::NormTable;
+use crate::stages::scalers::Scalers;
 use crate::stages::{Stage, StageError};
 
 /// The projective map taking the rectangle (0,0)-(w,h) onto `quad` (corners clockwise from top-left).
@@ -92,7 +93,7 @@ pub struct Crop {
     name: Arc<str>,
     cfg: CropConfig,
     table: NormTable,
-    scaler: Option<Scaler>,
+    scalers: Scalers,
     /// Host copies of device (NVDEC) frames.
     host: crate::frame::Pool<u8>,
     full: Vec<u8>,
@@ -105,7 +106,7 @@ impl Crop {
             name,
             table: NormTable::new(cfg.scale, cfg.mean, cfg.std, 0),
             cfg: cfg.clone(),
-            scaler: None,
+            scalers: Scalers::default(),
             host: Pool::new(2),
             full: Vec::new(),
             pool: Pool::new(pool_size),
@@ -187,14 +188,10 @@ impl Stage for Crop {
             (vec![0, 3, *self.cfg.height.get_ref() as usize, self.cfg.min_width as usize], self.pool.get(0))
         } else {
             let img = crate::stages::on_host(&img, &self.host).map_err(StageError::Frame)?;
-            if !self.scaler.as_ref().is_some_and(|s| s.fits(&img, img.width, img.height, fmt)) {
-                self.scaler = Some(
-                    Scaler::new(&img, img.width, img.height, fmt, sws_flags(Interpolation::Bilinear))
-                        .map_err(|e| StageError::Frame(e.to_string()))?,
-                );
-            }
+            let scaler =
+                self.scalers.get(&self.name, &frame.stream, &img, (img.width, img.height, fmt), sws_flags(Interpolation::Bilinear))?;
             self.full.resize(iw * ih * 3, 0);
-            self.scaler.as_mut().expect("set above").run(&img, &mut self.full).map_err(StageError::Frame)?;
+            scaler.run(&img, &mut self.full).map_err(StageError::Frame)?;
             let full = std::mem::take(&mut self.full);
             let (shape, data, _) = self.batch(&full, iw, ih, &regions);
             self.full = full;

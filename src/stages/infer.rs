@@ -151,7 +151,7 @@ impl Infer {
         };
         let mut stage = Infer {
             name,
-            model: crate::backend::ffmpeg::normalize(&path).display().to_string(),
+            model: crate::config::tidy_path(&path).display().to_string(),
             m,
             input,
             output_names,

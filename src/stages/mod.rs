@@ -10,6 +10,7 @@ pub mod infer;
 pub mod level;
 pub mod postprocess;
 pub mod preprocess;
+pub mod scalers;
 pub mod sinks;
 pub mod sources;
 pub mod track;
@@ -100,6 +101,19 @@ pub trait Sink: Send {
     fn end_stream(&mut self, _stream: &str) -> Result<(), String> {
         Ok(())
     }
+    /// Outputs to servers, after `finish`: times a server went away, times it
+    /// came back, and frames not delivered meanwhile. Default: none.
+    fn output_losses(&self) -> OutputLosses {
+        OutputLosses::default()
+    }
+}
+
+/// What a sink's server outputs lost during a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputLosses {
+    pub lost: u64,
+    pub reconnects: u64,
+    pub undelivered: u64,
 }
 
 /// A built node body.
@@ -257,6 +271,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Some(rt) => vad::Vad::build(cfg, name, c, rt).map(|s| Body::Stage(Box::new(s))),
                 None => continue,
             },
+            NodeKind::ImageSequence(c) => {
+                sources::images::ImageSequence::build(cfg, node, c, pool_size, opts.max_frames).map(|s| Body::Source(Box::new(s)))
+            }
             NodeKind::Dir(c) => sources::dir::DirSource::build(cfg, node, c, pool_size, opts.batch_state, opts.max_frames)
                 .map(|s| Body::Source(Box::new(s))),
             NodeKind::File(c) if *c.backend.get_ref() == crate::config::DecodeBackend::Gstreamer => {
@@ -318,7 +335,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             _ if opts.null_sinks => Ok(Body::Sink(Box::new(sinks::NullSink))),
             NodeKind::Ndjson(c) => sinks::ndjson::NdjsonSink::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Null(_) => Ok(Body::Sink(Box::new(sinks::NullSink))),
-            NodeKind::Images(c) => sinks::images::Images::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Images(c) => sinks::images::Images::build(cfg, name, c).map(|s| Body::Sink(Box::new(s))),
             NodeKind::Video(c) => {
                 let streams: Vec<&str> =
                     crate::graph::upstream_sources(cfg, &graph.producers, i).into_iter().map(|j| cfg.nodes[j].name.as_str()).collect();

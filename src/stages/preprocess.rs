@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use ffmpeg_next::format::Pixel;
 
-use crate::backend::ffmpeg::{Scaler, sws_flags};
+use crate::backend::ffmpeg::sws_flags;
 use crate::config::{ChannelOrder, ComputeDevice, Layout, PreprocessConfig, ResizeMode};
 use crate::frame::convert::{KernelParams, Normalize, SrcFormat};
 use crate::frame::{Frame, Image, Letterbox, ModelInput, Payload, Pool, Tensor};
+use crate::stages::scalers::Scalers;
 use crate::stages::{Stage, StageError};
 
 /// Per-channel lookup: byte value → normalised float.
@@ -102,7 +103,7 @@ pub struct Preprocess {
     cfg: PreprocessConfig,
     table: NormTable,
     flags: i32,
-    scaler: Option<Scaler>,
+    scalers: Scalers,
     rgb: Vec<u8>,
     pool: Pool<f32>,
     device: ComputeDevice,
@@ -135,7 +136,7 @@ impl Preprocess {
             table: NormTable::new(cfg.scale, cfg.mean, cfg.std, cfg.pad_value),
             flags: sws_flags(cfg.interpolation),
             cfg: cfg.clone(),
-            scaler: None,
+            scalers: Scalers::default(),
             rgb: Vec::new(),
             pool: Pool::new(pool_size),
             device,
@@ -263,14 +264,9 @@ impl Preprocess {
             ChannelOrder::Rgb => Pixel::RGB24,
             ChannelOrder::Bgr => Pixel::BGR24,
         };
-        if !self.scaler.as_ref().is_some_and(|s| s.fits(img, lb.new_w, lb.new_h, fmt)) {
-            if self.scaler.is_some() {
-                tracing::info!("{}: input changed to {}x{} {:?}; rebuilding the scaler", self.name, img.width, img.height, img.format);
-            }
-            self.scaler = Some(Scaler::new(img, lb.new_w, lb.new_h, fmt, self.flags).map_err(|e| StageError::Frame(e.to_string()))?);
-        }
+        let scaler = self.scalers.get(&self.name, &frame.stream, img, (lb.new_w, lb.new_h, fmt), self.flags)?;
         self.rgb.resize(lb.new_w as usize * lb.new_h as usize * 3, 0);
-        self.scaler.as_mut().expect("set above").run(img, &mut self.rgb).map_err(StageError::Frame)?;
+        scaler.run(img, &mut self.rgb).map_err(StageError::Frame)?;
         let mut data = self.pool.get(3 * w as usize * h as usize);
         normalize_into(&self.rgb, &lb, &self.table, self.cfg.layout, &mut data);
         frame.attach(

@@ -2,14 +2,16 @@
 //! only frames with results), plain or with the results drawn on them.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use ffmpeg_next::format::Pixel;
 use image::RgbImage;
 
 use super::draw;
-use crate::backend::ffmpeg::{Scaler, sws_flags};
+use crate::backend::ffmpeg::sws_flags;
 use crate::config::{Diagnostic, ImageFormat, ImagesSinkConfig, Interpolation, PipelineConfig};
 use crate::frame::Frame;
+use crate::stages::scalers::Scalers;
 use crate::stages::{Sink, StageError};
 
 /// The snapshot file name for frame `seq` of `stream`: `STREAM-SEQ.ext`, with
@@ -21,37 +23,37 @@ fn file_name(stream: &str, seq: u64, ext: &str) -> String {
 }
 
 pub struct Images {
+    name: Arc<str>,
     folder: PathBuf,
     cfg: ImagesSinkConfig,
-    scaler: Option<Scaler>,
+    scalers: Scalers,
     /// Host copies of device (NVDEC) frames.
     host: crate::frame::Pool<u8>,
     written: u64,
 }
 
 impl Images {
-    pub fn build(cfg: &PipelineConfig, c: &ImagesSinkConfig) -> Result<Self, Diagnostic> {
+    pub fn build(cfg: &PipelineConfig, name: Arc<str>, c: &ImagesSinkConfig) -> Result<Self, Diagnostic> {
         let folder = cfg.resolve_path(&c.folder)?;
         std::fs::create_dir_all(&folder)
             .map_err(|e| cfg.diag(c.folder.span(), format!("cannot create folder {}: {e}", folder.display())))?;
         if c.every == 0 {
             return Err(cfg.diag(c.folder.span(), "`every` must be at least 1"));
         }
-        Ok(Images { folder, cfg: c.clone(), scaler: None, written: 0, host: crate::frame::Pool::new(2) })
+        Ok(Images { name, folder, cfg: c.clone(), scalers: Scalers::default(), written: 0, host: crate::frame::Pool::new(2) })
     }
 }
 
 impl Sink for Images {
     fn describe(&self) -> String {
         format!(
-            "{:?} snapshots every {} frame(s){}{} to {}",
-            self.cfg.format,
+            "{} snapshots every {} frame(s){}{} to {}",
+            format!("{:?}", self.cfg.format).to_lowercase(),
             self.cfg.every,
             if self.cfg.only_with_results { " with results" } else { "" },
             if self.cfg.annotate { ", annotated" } else { "" },
-            self.folder.display()
+            crate::config::tidy_path(&self.folder).display()
         )
-        .to_lowercase()
     }
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
@@ -64,14 +66,10 @@ impl Sink for Images {
             return Ok(());
         }
         let img = &crate::stages::on_host(img, &self.host).map_err(StageError::Frame)?;
-        if !self.scaler.as_ref().is_some_and(|s| s.fits(img, img.width, img.height, Pixel::RGB24)) {
-            self.scaler = Some(
-                Scaler::new(img, img.width, img.height, Pixel::RGB24, sws_flags(Interpolation::Bilinear))
-                    .map_err(|e| StageError::Frame(e.to_string()))?,
-            );
-        }
+        let scaler =
+            self.scalers.get(&self.name, &frame.stream, img, (img.width, img.height, Pixel::RGB24), sws_flags(Interpolation::Bilinear))?;
         let mut rgb = vec![0u8; img.width as usize * img.height as usize * 3];
-        self.scaler.as_mut().expect("set above").run(img, &mut rgb).map_err(StageError::Frame)?;
+        scaler.run(img, &mut rgb).map_err(StageError::Frame)?;
         let mut picture = RgbImage::from_raw(img.width, img.height, rgb).ok_or_else(|| StageError::Frame("image size mismatch".into()))?;
         if self.cfg.annotate && !marks.is_empty() {
             draw::draw(&mut picture, &marks, 2, draw::font());

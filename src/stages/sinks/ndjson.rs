@@ -137,8 +137,8 @@ impl Sink for NdjsonSink {
     fn describe(&self) -> String {
         match self.out {
             Out::Stdout(_) => "NDJSON to stdout".into(),
-            Out::File(_) => format!("NDJSON to {}", self.path.display()),
-            Out::PerStream { .. } => format!("NDJSON to {}, one file per stream", self.path.display()),
+            Out::File(_) => format!("NDJSON to {}", crate::config::tidy_path(&self.path).display()),
+            Out::PerStream { .. } => format!("NDJSON to {}, one file per stream", crate::config::tidy_path(&self.path).display()),
         }
     }
 

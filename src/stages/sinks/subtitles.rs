@@ -137,7 +137,8 @@ impl Subtitles {
 
 impl Sink for Subtitles {
     fn describe(&self) -> String {
-        let shown = self.template.display();
+        let shown = crate::config::tidy_path(&self.template);
+        let shown = shown.display();
         let kind = format!("{:?}", self.format).to_uppercase();
         if self.single.is_none() {
             format!("{kind} subtitles to {shown}, one file per stream")

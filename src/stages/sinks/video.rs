@@ -7,6 +7,12 @@
 //! change) are scaled to it. `finish` flushes the encoder and writes the
 //! trailer, so a run stopped with Ctrl-C leaves a complete file.
 //!
+//! A URL (`rtmp://`, `rtsp://`, `srt://`, `udp://`) is pushed to a server.
+//! When the server goes away the pipeline keeps running: the frames meanwhile
+//! are dropped (counted, and said at the end), the connection is retried with
+//! a growing wait (0.25 s doubling to 4 s), and the stream resumes, from a
+//! keyframe, once the server is back.
+//!
 //! With NVENC and NV12 device (NVDEC) frames, a stream is encoded where its
 //! frames are: each is copied device to device into the encoder's own
 //! surface, the results are drawn there by the `overlay_nv12` kernel, and
@@ -16,21 +22,29 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ffmpeg_next::format::Pixel;
 
 use super::draw::{self, Canvas};
-use crate::backend::ffmpeg::{ChosenEncoder, EncoderSettings, Scaler, VideoEncoder, choose_encoder, sws_flags};
+use crate::backend::ffmpeg::{ChosenEncoder, EncoderSettings, OutputSpec, Scaler, VideoEncoder, choose_encoder, sws_flags};
 use crate::config::{Diagnostic, Interpolation, PipelineConfig, VideoContainer, VideoSinkConfig};
 #[cfg(feature = "cuda")]
 use crate::frame::Storage;
 use crate::frame::{ColorInfo, Frame, Image, Pool};
-use crate::stages::{Sink, StageError};
+use crate::stages::{OutputLosses, Sink, StageError};
 
-/// One output file (or stdout) for one stream.
+/// One output file (or stdout, or server) for one stream.
 struct Output {
     target: String,
-    enc: VideoEncoder,
+    /// `None` while a server is unreachable (frames are dropped until it is back).
+    enc: Option<VideoEncoder>,
+    /// The encoded size (the stream's first frame's, made even).
+    size: (u32, u32),
+    /// Servers only: the connection's ups and downs.
+    link: Option<Link>,
+    /// Frames earlier connections took (before they were lost).
+    sent_before: u64,
     /// Source → RGB at the source size, for drawing.
     to_rgb: Option<Scaler>,
     /// Source (or the drawn RGB picture) → YUV 4:2:0 at the output size.
@@ -51,13 +65,46 @@ struct DeviceOut {
     color: ColorInfo,
 }
 
+/// A server output's connection: down since when, when to try again, what was dropped.
+#[derive(Default)]
+struct Link {
+    down_since: Option<Instant>,
+    retry_at: Option<Instant>,
+    wait: Duration,
+    /// Frames not sent because the server was unreachable.
+    dropped: u64,
+    /// Times it went down, and came back.
+    losses: u64,
+    reconnects: u64,
+}
+
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const LONGEST_RETRY: Duration = Duration::from_secs(4);
+
+impl Link {
+    /// The connection failed (or could not be made): try again after a longer wait.
+    fn failed(&mut self, now: Instant) {
+        if self.down_since.is_none() {
+            self.down_since = Some(now);
+            self.losses += 1;
+        }
+        self.wait = if self.wait.is_zero() { FIRST_RETRY } else { (self.wait * 2).min(LONGEST_RETRY) };
+        self.retry_at = Some(now + self.wait);
+    }
+
+    fn due(&self, now: Instant) -> bool {
+        self.retry_at.is_none_or(|t| now >= t)
+    }
+}
+
 pub struct VideoSink {
     name: String,
-    /// The path (with `{stream}` still in it), or `pipe:1` for stdout.
+    /// The path (with `{stream}` still in it), `pipe:1` for stdout, or a URL.
     target: String,
     templated: bool,
-    container: VideoContainer,
-    muxer_options: Vec<(String, String)>,
+    /// `target` is a server (a URL), not a file.
+    network: bool,
+    spec: OutputSpec,
     encoder: ChosenEncoder,
     annotate: bool,
     only: Option<String>,
@@ -99,8 +146,12 @@ impl VideoSink {
             Some(note) => tracing::warn!("video sink `{name}`: codec = \"auto\": {note}"),
             None => {}
         }
+        let network = crate::config::is_url(&path) && !path.to_ascii_lowercase().starts_with("file:");
         let target = if stdout {
             "pipe:1".to_string()
+        } else if network {
+            // A server, connected to on the stream's first frame: no local file or folder.
+            path.clone()
         } else {
             let path = cfg.resolve_path(&c.path)?;
             let template = path.to_string_lossy().into_owned();
@@ -121,17 +172,31 @@ impl VideoSink {
             }
             template
         };
-        let muxer_options = if c.fragmented && container == VideoContainer::Mp4 {
-            vec![("movflags".to_string(), "frag_keyframe+empty_moov+default_base_moof".to_string())]
-        } else {
-            Vec::new()
+        let fragmented = c.fragmented && container == VideoContainer::Mp4;
+        let mut muxer_options = Vec::new();
+        if fragmented {
+            let ms = c.fragment_duration_ms.as_ref().map_or(1000, |v| *v.get_ref());
+            muxer_options.push(("movflags".to_string(), "frag_keyframe+empty_moov+default_base_moof".to_string()));
+            // A fragment at least this often, even between keyframes; each is on disk once written.
+            muxer_options.push(("frag_duration".to_string(), (u64::from(ms) * 1000).to_string()));
+            muxer_options.push(("flush_packets".to_string(), "1".to_string()));
+        }
+        if container == VideoContainer::Rtsp {
+            // Over the RTSP connection itself: nothing lost to UDP, no ports to open.
+            muxer_options.push(("rtsp_transport".to_string(), "tcp".to_string()));
+        }
+        let keyframe_interval_s = match &c.keyframe_interval_s {
+            Some(v) => Some(*v.get_ref()),
+            None if fragmented || network => Some(1.0),
+            None => None,
         };
+        let spec = OutputSpec { muxer: container.muxer().to_string(), muxer_options, keyframe_interval_s, network };
         Ok(VideoSink {
             name: name.to_string(),
             templated: target.contains("{stream}"),
             target,
-            container,
-            muxer_options,
+            network,
+            spec,
             encoder,
             annotate: c.annotate,
             only: c.stream.as_ref().map(|s| s.get_ref().clone()),
@@ -141,7 +206,7 @@ impl VideoSink {
     }
 
     /// The output for `frame`'s stream, created at this frame's size on its first frame.
-    fn output(&mut self, frame: &Frame, img: &Image) -> Result<&mut Output, StageError> {
+    fn output(&mut self, frame: &Frame, img: &Image) -> Result<(), StageError> {
         if !self.outputs.contains_key(&frame.stream) {
             let target = if self.templated { target_for(&self.target, &frame.stream) } else { self.target.clone() };
             // 4:2:0 needs even sizes.
@@ -155,9 +220,7 @@ impl VideoSink {
                     img.height
                 );
             }
-            let create = |input| {
-                VideoEncoder::create(&target, self.container.muxer(), &self.muxer_options, &self.encoder, (w, h), frame.time_base, input)
-            };
+            let create = |input| VideoEncoder::create(&target, &self.spec, &self.encoder, (w, h), frame.time_base, input);
             #[cfg(feature = "cuda")]
             let (enc, device) = match self.device_output(frame, img, w, h) {
                 Some(d) => match create(Some((&d.frames, img.color))) {
@@ -169,7 +232,7 @@ impl VideoSink {
                             self.encoder.name,
                             if self.annotate { ", results drawn on the GPU" } else { "" }
                         );
-                        (enc, Some(d))
+                        (Ok(enc), Some(d))
                     }
                     Err(e) => {
                         tracing::warn!(
@@ -178,19 +241,38 @@ impl VideoSink {
                             frame.stream,
                             self.encoder.name
                         );
-                        (create(None).map_err(StageError::Fatal)?, None)
+                        (create(None), None)
                     }
                 },
-                None => (create(None).map_err(StageError::Fatal)?, None),
+                None => (create(None), None),
             };
             #[cfg(not(feature = "cuda"))]
-            let enc = create(None).map_err(StageError::Fatal)?;
-            tracing::debug!("video sink `{}`: {target}: {w}x{h} {} in {}", self.name, self.encoder.name, self.container.muxer());
+            let enc = create(None);
+            let shown = crate::config::mask_credentials(&target).into_owned();
+            let mut link = self.network.then(Link::default);
+            let enc = match (enc, &mut link) {
+                (Ok(enc), _) => Some(enc),
+                (Err(e), Some(link)) => {
+                    link.failed(Instant::now());
+                    tracing::error!(
+                        "video sink `{}`: stream `{}`: cannot reach {shown} ({e}); its frames are dropped until it answers (retrying)",
+                        self.name,
+                        frame.stream
+                    );
+                    None
+                }
+                // A file that cannot be made stays broken: stop.
+                (Err(e), None) => return Err(StageError::Fatal(e)),
+            };
+            tracing::debug!("video sink `{}`: {shown}: {w}x{h} {} in {}", self.name, self.encoder.name, self.spec.muxer);
             self.outputs.insert(
                 frame.stream.clone(),
                 Output {
                     target,
                     enc,
+                    size: (w, h),
+                    link,
+                    sent_before: 0,
                     to_rgb: None,
                     to_yuv: None,
                     #[cfg(feature = "cuda")]
@@ -198,7 +280,7 @@ impl VideoSink {
                 },
             );
         }
-        Ok(self.outputs.get_mut(&frame.stream).expect("inserted above"))
+        Ok(())
     }
 }
 
@@ -234,12 +316,11 @@ impl VideoSink {
 #[cfg(feature = "cuda")]
 fn write_on_device(
     dev: &mut DeviceOut,
-    enc: &mut VideoEncoder,
+    enc: &VideoEncoder,
     img: &Arc<Image>,
     marks: &[draw::Mark],
-    pts: Option<i64>,
     pool: &Pool<u8>,
-) -> Result<(), StageError> {
+) -> Result<ffmpeg_next::frame::Video, StageError> {
     use crate::backend::ffmpeg::DeviceFrames;
     let gpu_err = |e: crate::backend::cuda::GpuError| StageError::Fatal(format!("GPU: {e}"));
     let (w, h) = (enc.width, enc.height);
@@ -288,7 +369,7 @@ fn write_on_device(
     // The picture is complete before NVENC reads it.
     gpu.sync().map_err(gpu_err)?;
     drop(staged);
-    enc.push(pic, pts).map_err(StageError::Fatal)
+    Ok(pic)
 }
 
 /// Reuse `slot` if it converts `src` to `w`x`h` `fmt` (in colour `to`, see
@@ -305,17 +386,64 @@ fn scaler<'a>(
     Ok(slot.as_mut().expect("set above"))
 }
 
+/// Try again to reach `out`'s server when its wait is over; true when it is
+/// connected now. A frame that finds it unreachable is counted as dropped.
+fn reconnect(out: &mut Output, name: &str, stream: &str, spec: &OutputSpec, encoder: &ChosenEncoder, tb: (i32, i32)) -> bool {
+    let link = out.link.as_mut().expect("only a server output is ever without an encoder");
+    let now = Instant::now();
+    if !link.due(now) {
+        link.dropped += 1;
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    let input = out.device.as_ref().map(|d| (&d.frames, d.color));
+    #[cfg(not(feature = "cuda"))]
+    let input = None;
+    let shown = crate::config::mask_credentials(&out.target).into_owned();
+    match VideoEncoder::create(&out.target, spec, encoder, out.size, tb, input) {
+        Ok(enc) => {
+            let away = link.down_since.take().map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            link.wait = Duration::ZERO;
+            link.retry_at = None;
+            if out.sent_before > 0 || link.dropped > 0 {
+                link.reconnects += 1;
+                tracing::warn!(
+                    "video sink `{name}`: stream `{stream}`: {shown} is back after {away:.1} s; {} frame(s) dropped so far",
+                    link.dropped
+                );
+            }
+            out.enc = Some(enc);
+            true
+        }
+        Err(e) => {
+            link.failed(now);
+            link.dropped += 1;
+            tracing::warn!(
+                "video sink `{name}`: stream `{stream}`: {shown} still unreachable ({e}); next try in {:.2} s",
+                link.wait.as_secs_f64()
+            );
+            false
+        }
+    }
+}
+
 impl Sink for VideoSink {
     fn describe(&self) -> String {
         let opts: Vec<String> = self.encoder.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "{} {} ({}){}{} to {}",
-            self.container.muxer(),
+            self.spec.muxer,
             self.encoder.name,
             opts.join(" "),
             if self.annotate { ", annotated" } else { "" },
             self.only.as_ref().map(|s| format!(", stream `{s}` only")).unwrap_or_default(),
-            if self.target == "pipe:1" { "stdout" } else { &self.target }
+            if self.target == "pipe:1" {
+                "stdout".to_string()
+            } else if self.network {
+                crate::config::mask_credentials(&self.target).into_owned()
+            } else {
+                crate::config::tidy_path(std::path::Path::new(&self.target)).display().to_string()
+            }
         )
     }
 
@@ -326,40 +454,99 @@ impl Sink for VideoSink {
         }
         let marks = if self.annotate { draw::marks(frame) } else { Vec::new() };
         let pool = self.pool.clone();
-        let out = self.output(frame, &img)?;
+        self.output(frame, &img)?;
+        let out = self.outputs.get_mut(&frame.stream).expect("made above");
+        if out.enc.is_none() && !reconnect(out, &self.name, &frame.stream, &self.spec, &self.encoder, frame.time_base) {
+            return Ok(());
+        }
+        let enc = out.enc.as_mut().expect("connected above");
         #[cfg(feature = "cuda")]
-        if let Some(dev) = out.device.as_mut() {
-            return write_on_device(dev, &mut out.enc, &img, &marks, frame.pts, &pool);
+        let on_device = match out.device.as_mut() {
+            Some(dev) => Some(write_on_device(dev, enc, &img, &marks, &pool)?),
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let on_device = None;
+        let picture = match on_device {
+            Some(p) => p,
+            None => {
+                // Without NVENC on the device: one host copy of a device frame, shared with other CPU consumers.
+                let img = crate::stages::on_host(&img, &pool).map_err(StageError::Frame)?;
+                let (w, h) = out.size;
+                let mut picture = enc.picture();
+                if marks.is_empty() {
+                    scaler(&mut out.to_yuv, &img, (w, h, Pixel::YUV420P), None)?.run_into(&img, &mut picture).map_err(StageError::Frame)?;
+                } else {
+                    // Draw at the source size (results are in source pixels), then scale to the output.
+                    let (sw, sh) = (img.width, img.height);
+                    let mut buf = pool.get(sw as usize * sh as usize * 3);
+                    scaler(&mut out.to_rgb, &img, (sw, sh, Pixel::RGB24), None)?.run(&img, &mut buf).map_err(StageError::Frame)?;
+                    let mut canvas = Canvas::from_raw(sw, sh, buf).ok_or_else(|| StageError::Frame("picture size mismatch".into()))?;
+                    draw::draw(&mut canvas, &marks, (sh / 180).max(2), draw::font());
+                    let rgb = Image::rgb24(sw, sh, canvas.into_raw());
+                    scaler(&mut out.to_yuv, &rgb, (w, h, Pixel::YUV420P), None)?.run_into(&rgb, &mut picture).map_err(StageError::Frame)?;
+                }
+                picture
+            }
+        };
+        match (enc.push(picture, frame.pts), out.link.as_mut()) {
+            (Ok(()), _) => Ok(()),
+            // A server that went away: the run goes on without it until it is back.
+            (Err(e), Some(link)) => {
+                let lost = out.enc.take().expect("written above");
+                out.sent_before += lost.frames;
+                lost.abandon();
+                link.failed(Instant::now());
+                link.dropped += 1;
+                tracing::error!(
+                    "video sink `{}`: stream `{}`: lost {} ({e}); the pipeline goes on, this output's frames are dropped until it is back (next try in {:.2} s)",
+                    self.name,
+                    frame.stream,
+                    crate::config::mask_credentials(&out.target),
+                    link.wait.as_secs_f64()
+                );
+                Ok(())
+            }
+            // A file that cannot be written stays broken: stop rather than skip.
+            (Err(e), None) => Err(StageError::Fatal(e)),
         }
-        // Without NVENC on the device: one host copy of a device frame, shared with other CPU consumers.
-        let img = crate::stages::on_host(&img, &pool).map_err(StageError::Frame)?;
-        let (w, h) = (out.enc.width, out.enc.height);
-        let mut picture = out.enc.picture();
-        if marks.is_empty() {
-            scaler(&mut out.to_yuv, &img, (w, h, Pixel::YUV420P), None)?.run_into(&img, &mut picture).map_err(StageError::Frame)?;
-        } else {
-            // Draw at the source size (results are in source pixels), then scale to the output.
-            let (sw, sh) = (img.width, img.height);
-            let mut buf = pool.get(sw as usize * sh as usize * 3);
-            scaler(&mut out.to_rgb, &img, (sw, sh, Pixel::RGB24), None)?.run(&img, &mut buf).map_err(StageError::Frame)?;
-            let mut canvas = Canvas::from_raw(sw, sh, buf).ok_or_else(|| StageError::Frame("picture size mismatch".into()))?;
-            draw::draw(&mut canvas, &marks, (sh / 180).max(2), draw::font());
-            let rgb = Image::rgb24(sw, sh, canvas.into_raw());
-            scaler(&mut out.to_yuv, &rgb, (w, h, Pixel::YUV420P), None)?.run_into(&rgb, &mut picture).map_err(StageError::Frame)?;
-        }
-        // A file that cannot be written stays broken: stop rather than skip.
-        out.enc.push(picture, frame.pts).map_err(StageError::Fatal)
     }
 
     fn finish(&mut self) -> Result<(), String> {
         let mut errors = Vec::new();
         for out in self.outputs.values_mut() {
-            match out.enc.finish() {
-                Ok(()) => tracing::info!("video sink `{}`: {} frame(s) to {}", self.name, out.enc.frames, out.target),
-                Err(e) => errors.push(e),
+            let shown = crate::config::mask_credentials(&out.target).into_owned();
+            let finished = out.enc.as_mut().map(|e| e.finish());
+            let sent = out.sent_before + out.enc.as_ref().map_or(0, |e| e.frames);
+            match (finished, &mut out.link) {
+                (Some(Err(e)), None) => errors.push(e),
+                (Some(Err(e)), Some(link)) => {
+                    tracing::error!("video sink `{}`: {shown}: the end of the stream was not delivered: {e}", self.name);
+                    link.dropped += 1;
+                }
+                _ => {}
+            }
+            match &out.link {
+                Some(link) if link.dropped > 0 => tracing::warn!(
+                    "video sink `{}`: {sent} frame(s) to {shown}; {} frame(s) dropped while it was unreachable ({} reconnect(s))",
+                    self.name,
+                    link.dropped,
+                    link.reconnects
+                ),
+                _ => tracing::info!("video sink `{}`: {sent} frame(s) to {shown}", self.name),
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+
+    fn output_losses(&self) -> OutputLosses {
+        let mut all = OutputLosses::default();
+        for link in self.outputs.values().filter_map(|o| o.link.as_ref()) {
+            all.lost += link.losses;
+            all.reconnects += link.reconnects;
+            all.undelivered += link.dropped;
+        }
+        all
     }
 }
 

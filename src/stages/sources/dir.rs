@@ -19,7 +19,7 @@ use std::time::Duration;
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image};
+use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image, turn_picture};
 use crate::config::{Diagnostic, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
 use crate::frame::{AudioChunk, Image, InputEnd, Pool};
 use crate::runtime::report::FailedInput;
@@ -123,6 +123,8 @@ pub struct DirSource {
     /// Frames in all, over every file (benchmarks).
     limit: Option<u64>,
     media: Media,
+    /// `rotate = "auto"`: each file's frames turned as its display matrix asks.
+    rotate: bool,
     pool: Pool<u8>,
     audio_pool: Pool<f32>,
 }
@@ -328,6 +330,7 @@ impl DirSource {
             max_frames: c.max_frames,
             limit,
             media,
+            rotate: c.rotate == crate::config::Rotate::Auto,
             pool: Pool::new(pool_size + 4 * parallel),
             audio_pool: Pool::new(pool_size + 4 * parallel),
         })
@@ -400,6 +403,7 @@ fn open_reason(e: FfmpegError, size: u64) -> String {
 /// The decoding side of a dir source: what each worker needs.
 struct Decode<'a> {
     media: Media,
+    rotate: bool,
     threads: usize,
     max_frames: Option<u64>,
     pool: &'a Pool<u8>,
@@ -429,8 +433,11 @@ impl Decode<'_> {
             }
         };
         let _ = tx.send(Msg::Opened { file, time_base: dec.info.time_base });
-        if let Some(note) = dec.info.turn_note() {
-            tracing::warn!("{}: {note}", e.path.display());
+        let turn = dec.info.quarter_turn().filter(|_| self.rotate);
+        match (turn, dec.info.turn_note()) {
+            (Some(d), _) => tracing::info!("{}: frames turned {d}° clockwise, as the container's display matrix asks", e.path.display()),
+            (None, Some(note)) => tracing::warn!("{}: {note}", e.path.display()),
+            _ => {}
         }
         let (mut n, mut bad) = (0u64, 0u64);
         // As the `file` source counts: frames skipped (rejected, damaged, or
@@ -455,7 +462,11 @@ impl Decode<'_> {
                 }
             };
             let pts = frame.timestamp().or(frame.pts());
-            match copy_to_image(frame, pool) {
+            let image = match (copy_to_image(frame, pool), turn) {
+                (Ok(i), Some(d)) => turn_picture(&i, d, pool),
+                (image, _) => image,
+            };
+            match image {
                 Ok(image) => {
                     n += 1;
                     if tx.send(Msg::Frame { file, pts, item: Item::Image(image) }).is_err() {
@@ -469,7 +480,9 @@ impl Decode<'_> {
             }
         }
         let skipped = corrupt(&dec, bad);
-        let result = if let Some(err) = &dec.read_error {
+        let result = if let Some(t) = dec.truncated.filter(|_| !hit_limit) {
+            Err(t.describe(n))
+        } else if let Some(err) = &dec.read_error {
             Err(format!("read error after {n} frame(s): {err} (truncated?)"))
         } else if skipped.frames > 0 {
             Err(format!("corrupt data: {} frame(s) skipped in {} stretch(es) ({n} frame(s) decoded)", skipped.frames, skipped.bursts))
@@ -572,12 +585,12 @@ impl Source for DirSource {
         let (tx, rx) = bounded::<Msg>(2 * self.parallel);
         // Summed over the files, kept live as each file ends.
         let mut corrupt = Corrupt::default();
-        let (media, threads, max_frames, pool, audio_pool) =
-            (self.media, self.decoder_threads, self.max_frames, &self.pool, &self.audio_pool);
+        let (media, rotate, threads, max_frames, pool, audio_pool) =
+            (self.media, self.rotate, self.decoder_threads, self.max_frames, &self.pool, &self.audio_pool);
         std::thread::scope(|scope| {
             for w in 0..self.parallel.min(todo.len()) {
                 let (todo, next) = (&todo, &next);
-                let d = Decode { media, threads, max_frames, pool, audio_pool, tx: tx.clone(), stop: &stop };
+                let d = Decode { media, rotate, threads, max_frames, pool, audio_pool, tx: tx.clone(), stop: &stop };
                 std::thread::Builder::new()
                     .name(format!("{}:decode{w}", ctx.name))
                     .spawn_scoped(scope, move || {

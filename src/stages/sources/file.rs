@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ffmpeg::{FfmpegError, InputOptions, StreamInfo, VideoDecoder, copy_to_image, shown_name};
-use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, is_url};
+use crate::backend::ffmpeg::{FfmpegError, InputOptions, VideoDecoder, copy_to_image, shown_name, turn_picture};
+use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, Rotate, is_url};
 use crate::frame::Pool;
 use crate::runtime::{Shutdown, SourceCtx};
 use crate::stages::Source;
@@ -32,6 +32,10 @@ pub struct FileSource {
     max_pixels: u64,
     /// Lets a stop abort a read from a stalled network stream or a silent pipe.
     stop: super::StopCell,
+    /// `rotate = "auto"`: frames are turned as the container's display matrix asks.
+    rotate: bool,
+    /// The quarter turn (degrees clockwise) applied to each frame, when one is.
+    turn: Option<u32>,
 }
 
 /// How this source decodes, as resolved at build time.
@@ -124,6 +128,22 @@ impl FileSource {
                 r => r,
             },
         };
+        let rotate = c.rotate.as_ref().is_some_and(|r| *r.get_ref() == Rotate::Auto);
+        // Frames are turned in host memory: a picture NVDEC decodes into GPU memory is not.
+        #[cfg(feature = "cuda")]
+        let opened = match opened {
+            Ok((d, Decode::Nvdec(..))) if rotate && d.info.quarter_turn().is_some() => {
+                if hw == HwAccel::Cuda {
+                    let span = c.rotate.as_ref().map(|r| r.span()).unwrap_or(c.uri.span());
+                    return Err(cfg
+                        .diag(span, format!("source `{}`: rotate = \"auto\" turns frames in host memory, not NVDEC's", node.name))
+                        .with_help("use hwaccel = \"auto\" or \"none\" with rotate = \"auto\""));
+                }
+                drop(d);
+                open(&open_path).map(|d| (d, Decode::Software(Some("rotate = \"auto\" turns frames in host memory".into()))))
+            }
+            r => r,
+        };
         let (decoder, decode) = match opened {
             Ok(d) => d,
             // Stopped while the input was being opened: not an error, the run stops.
@@ -145,8 +165,11 @@ impl FileSource {
                 return Err(cfg.diag(c.uri.span(), format!("source `{}`: {e}", node.name)).with_help(help));
             }
         };
-        if let Some(note) = decoder.info.turn_note() {
-            tracing::warn!("source `{}`: {note}", node.name);
+        let turn = decoder.info.quarter_turn().filter(|_| rotate);
+        match (turn, decoder.info.turn_note()) {
+            (Some(d), _) => tracing::info!("source `{}`: frames turned {d}° clockwise, as the container's display matrix asks", node.name),
+            (None, Some(note)) => tracing::warn!("source `{}`: {note}", node.name),
+            _ => {}
         }
         let uri = c.uri.get_ref();
         let live = c.realtime
@@ -170,6 +193,8 @@ impl FileSource {
             last_pts: None,
             max_pixels,
             stop,
+            rotate,
+            turn,
         }))
     }
 }
@@ -219,13 +244,13 @@ impl Source for FileSource {
     fn describe(&self) -> String {
         // The decode choice is said once, in the summary (`decode()`).
         let i = &self.decoder.info;
+        let (w, h) = if self.turn.is_some_and(|d| d != 180) { (i.height, i.width) } else { (i.width, i.height) };
         format!(
-            "{} ({} {}x{}{}{})",
+            "{} ({} {w}x{h}{}{}{})",
             self.display_name(),
             i.codec,
-            i.width,
-            i.height,
             i.fps.map(|f| format!(" @ {f:.2} fps")).unwrap_or_default(),
+            self.turn.map(|d| format!(", turned {d}°")).unwrap_or_default(),
             if self.realtime { ", paced in real time" } else { "" }
         )
     }
@@ -244,6 +269,7 @@ impl Source for FileSource {
             Decode::Nvdec(_, hw, _) => VideoDecoder::open_cuda(&self.path, hw, &self.opts),
         }
         .map_err(|e| e.to_string())?;
+        self.turn = self.decoder.info.quarter_turn().filter(|_| self.rotate);
         // Timestamps go on one frame after the last one.
         let (num, den) = self.decoder.info.time_base;
         let step = self.decoder.info.fps.map_or(1, |f| ((den as f64 / num.max(1) as f64) / f).round().max(1.0) as i64);
@@ -257,8 +283,6 @@ impl Source for FileSource {
         let name = self.display_name();
         let mut seq = self.next_seq;
         let first_seq = seq;
-        // The earliest and latest pts of this pass (input time), for the truncation check.
-        let mut span: Option<(i64, i64)> = None;
         let mut bad_frames = 0u64;
         // Realtime pacing: the first frame's pts and when it went out.
         let mut clock: Option<(i64, std::time::Instant)> = None;
@@ -290,6 +314,10 @@ impl Source for FileSource {
                 #[cfg(feature = "cuda")]
                 Decode::Nvdec(gpu, _, held) => crate::backend::nvdec::device_image(decoded, gpu, Some(held)),
             };
+            let image = match (image, self.turn) {
+                (Ok(i), Some(d)) => turn_picture(&i, d, &self.pool),
+                (image, _) => image,
+            };
             let image = match image {
                 Ok(i) => i,
                 Err(e) => {
@@ -305,9 +333,6 @@ impl Source for FileSource {
                 while !ctx.stopping() && std::time::Instant::now() < due {
                     std::thread::sleep((due - std::time::Instant::now()).min(std::time::Duration::from_millis(50)));
                 }
-            }
-            if let Some(p) = pts {
-                span = Some(span.map_or((p, p), |(a, b)| (a.min(p), b.max(p))));
             }
             let pts = pts.map(|p| p + self.pts_offset);
             self.last_pts = pts.or(self.last_pts);
@@ -334,67 +359,13 @@ impl Source for FileSource {
             None => format!("{skipped} frame(s) skipped as corrupt"),
         };
         if ended && seq == 0 {
+            let why = self.decoder.truncated.map_or(why, |t| t.describe(0));
             return Err(format!("{name}: no frame could be decoded ({why})"));
         }
-        if ended {
-            let secs = |t: i64| t as f64 * tb.0 as f64 / tb.1.max(1) as f64;
-            let reached = span.map(|(a, b)| secs(b - a) + self.decoder.info.fps.map_or(0.0, |f| 1.0 / f));
-            if let Some(short) = shortfall(&self.decoder.info, seq - first_seq, reached) {
-                tracing::warn!("{name}: {short} ({why}): truncated or corrupt");
-            }
+        // Cut short (a copy or a download that stopped, a recording whose writer died): a source error.
+        if let Some(t) = self.decoder.truncated.filter(|_| ended) {
+            return Err(format!("{name}: {}", t.describe(seq - first_seq)));
         }
         Ok(())
-    }
-}
-
-/// How an input that ended by itself falls short of what its container says,
-/// if it does by more than a frame: `frames` decoded against the frame count
-/// the container lists, or, when it lists none, `reached` (seconds from the
-/// first frame to the end of the last) against the container's duration. No
-/// estimate is presented as something the container said.
-fn shortfall(info: &StreamInfo, frames: u64, reached: Option<f64>) -> Option<String> {
-    if let Some(n) = info.declared_frames {
-        return (frames + 1 < n).then(|| format!("ended after {frames} of the {n} frames its container lists"));
-    }
-    let (duration, fps, reached) = (info.duration?, info.fps?, reached?);
-    (reached + 1.5 / fps < duration).then(|| format!("ended at {reached:.2} s of the {duration:.2} s its container declares"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(declared_frames: Option<u64>, duration: Option<f64>) -> StreamInfo {
-        StreamInfo {
-            codec: "h264".into(),
-            width: 64,
-            height: 48,
-            time_base: (1, 1000),
-            fps: Some(25.0),
-            frames: declared_frames.or(duration.map(|d| (d * 25.0).round() as u64)),
-            declared_frames,
-            duration,
-            rotation: None,
-        }
-    }
-
-    #[test]
-    fn a_listed_frame_count_is_compared_as_a_count() {
-        let i = info(Some(100), Some(4.0));
-        assert_eq!(shortfall(&i, 40, Some(1.6)).as_deref(), Some("ended after 40 of the 100 frames its container lists"));
-        assert_eq!(shortfall(&i, 99, Some(3.96)), None, "one frame short: an edit list or a last frame dropped, not a cut");
-        assert_eq!(shortfall(&i, 100, Some(4.0)), None);
-    }
-
-    /// Without a listed count (Matroska, WebM, MPEG-TS) the frame count is an
-    /// estimate (duration × fps): the message gives the times instead.
-    #[test]
-    fn without_a_listed_count_the_times_are_compared() {
-        let i = info(None, Some(10.0));
-        assert_eq!(shortfall(&i, 100, Some(4.0)).as_deref(), Some("ended at 4.00 s of the 10.00 s its container declares"));
-        assert_eq!(shortfall(&i, 249, Some(9.96)), None, "within a frame and a half of the end");
-        assert_eq!(shortfall(&i, 250, Some(10.0)), None);
-        assert_eq!(shortfall(&info(None, None), 1, Some(0.04)), None, "no duration: nothing to compare with");
-        assert_eq!(shortfall(&i, 0, None), None, "no timestamps: nothing to compare with");
     }
 }

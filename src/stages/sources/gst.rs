@@ -29,6 +29,11 @@ impl GstSource {
         pool_size: usize,
         max_frames: Option<u64>,
     ) -> Result<Self, Diagnostic> {
+        if let Some(r) = c.rotate.as_ref().filter(|r| *r.get_ref() == crate::config::Rotate::Auto) {
+            return Err(cfg
+                .diag(r.span(), format!("source `{}`: rotate = \"auto\" is for the FFmpeg backend", node.name))
+                .with_help("leave out backend = \"gstreamer\", or turn the picture in the launch line (videoflip method=automatic)"));
+        }
         let uri = cfg.expand(&c.uri)?;
         let input = if is_url(&uri) || uri == "-" { uri.clone() } else { cfg.resolve_path(&c.uri)?.display().to_string() };
         let fragment = match &c.launch {

@@ -7,6 +7,7 @@ pub mod dir;
 pub mod file;
 #[cfg(feature = "gstreamer")]
 pub mod gst;
+pub mod images;
 pub mod rtsp;
 pub mod testsrc;
 
