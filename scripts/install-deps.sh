@@ -24,6 +24,8 @@ PKGS=(
   prometheus
   # a real RTMP server for the video sink's push tests (tests/push_outputs.rs)
   nginx libnginx-mod-rtmp
+  # the tracker evaluation's venv (scripts/fetch-eval-deps.sh: motmetrics, supervision)
+  python3-venv python3-pip
 )
 
 # dpkg-query prints "name status" for known packages; anything not

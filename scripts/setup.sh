@@ -8,3 +8,4 @@ scripts/install-deps.sh
 scripts/fetch-models.sh
 scripts/fetch-nvrtc.sh
 scripts/make-samples.sh
+scripts/fetch-eval-deps.sh

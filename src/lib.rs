@@ -6,6 +6,7 @@
 //! - [`runtime`] runs one thread per node over bounded channels, with accounting and shutdown;
 //! - [`frame`] is what flows: a decoded image, its metadata and the results stages attach;
 //! - [`stages`] are the sources, preprocess, inference, postprocess and sinks;
+//! - [`track`] follows detected objects from frame to frame (ByteTrack);
 //! - [`metrics`] serves those same counters to Prometheus, with health checks;
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
@@ -24,6 +25,7 @@ pub mod graph;
 pub mod metrics;
 pub mod runtime;
 pub mod stages;
+pub mod track;
 
 /// Paths to bundled test data: under the source tree, or (for a test binary
 /// copied to another machine) under the current directory.

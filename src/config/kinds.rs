@@ -33,6 +33,8 @@ pub enum NodeKind {
     Video(VideoSinkConfig),
     AudioLevel(AudioLevelConfig),
     Null(NullSinkConfig),
+    Track(TrackConfig),
+    Detections(DetectionsSourceConfig),
 }
 
 impl NodeKind {
@@ -59,13 +61,15 @@ impl NodeKind {
             NodeKind::Video(_) => "video",
             NodeKind::AudioLevel(_) => "audio_level",
             NodeKind::Null(_) => "null",
+            NodeKind::Track(_) => "track",
+            NodeKind::Detections(_) => "detections",
         }
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections"];
 const STAGE_KINDS: &[&str] =
-    &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level"];
+    &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level", "track"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
@@ -99,6 +103,8 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Sink, "images") => NodeKind::Images(ImagesSinkConfig::deserialize(d)?),
         (Role::Sink, "video") => NodeKind::Video(VideoSinkConfig::deserialize(d)?),
         (Role::Stage, "audio_level") => NodeKind::AudioLevel(AudioLevelConfig::deserialize(d)?),
+        (Role::Stage, "track") => NodeKind::Track(TrackConfig::deserialize(d)?),
+        (Role::Source, "detections") => NodeKind::Detections(DetectionsSourceConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -1216,3 +1222,63 @@ fn level_threshold() -> Spanned<f32> {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NullSinkConfig {}
+
+/// `kind = "track"`: multi-object tracking (ByteTrack) of the boxes a
+/// detection stage attached; per stream, each object keeps a track id.
+/// Names and defaults follow supervision's `ByteTrack`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrackConfig {
+    /// Detections above this score are matched first; a track starts from one
+    /// scoring at least this + 0.1. Weaker ones (above 0.1) only extend tracks.
+    #[serde(default = "track_activation")]
+    pub track_activation_threshold: Spanned<f32>,
+    /// Frames a lost track is kept, given at 30 fps (scaled by `frame_rate`).
+    #[serde(default = "track_buffer")]
+    pub lost_track_buffer: Spanned<u32>,
+    /// First association: a track and a detection match when 1 - IoU × score is at most this.
+    #[serde(default = "track_matching")]
+    pub minimum_matching_threshold: Spanned<f32>,
+    /// Frames per second of the stream (scales `lost_track_buffer`).
+    #[serde(default = "track_rate")]
+    pub frame_rate: Spanned<f64>,
+    /// Frames in a row a track must be matched before it is confirmed and given an id.
+    #[serde(default = "track_min_frames")]
+    pub minimum_consecutive_frames: Spanned<u32>,
+}
+
+fn track_activation() -> Spanned<f32> {
+    Spanned::new(0..0, 0.25)
+}
+fn track_buffer() -> Spanned<u32> {
+    Spanned::new(0..0, 30)
+}
+fn track_matching() -> Spanned<f32> {
+    Spanned::new(0..0, 0.8)
+}
+fn track_rate() -> Spanned<f64> {
+    Spanned::new(0..0, 30.0)
+}
+fn track_min_frames() -> Spanned<u32> {
+    Spanned::new(0..0, 1)
+}
+
+/// `kind = "detections"`: boxes read from a file instead of a model, one
+/// frame per frame number and no image: MOT Challenge text
+/// (`frame, id, x, y, w, h, score[, class, ...]`, frames from 1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectionsSourceConfig {
+    /// Path (relative to the pipeline file).
+    pub uri: Spanned<String>,
+    /// Frames per second (timestamps).
+    #[serde(default = "detections_rate")]
+    pub rate: Spanned<f64>,
+    /// Frames in the stream (default: up to the last frame in the file).
+    #[serde(default, deserialize_with = "checked::opt_frames")]
+    pub frames: Option<u64>,
+}
+
+fn detections_rate() -> Spanned<f64> {
+    Spanned::new(0..0, 30.0)
+}

@@ -301,6 +301,39 @@ fn round_db<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(round_to(*v, 100.0))
 }
 
+/// One track in one frame (the `track` stage).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrackedObject {
+    /// Absent while the track is tentative.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub track_id: Option<u64>,
+    pub state: crate::track::TrackState,
+    pub class: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<Arc<str>>,
+    /// The box detected in this frame (absent for a lost track).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "round_opt_px")]
+    pub bbox: Option<[f32; 4]>,
+    /// The motion model's box: corrected by this frame's detection, or predicted when lost.
+    #[serde(serialize_with = "round_px")]
+    pub smoothed: [f32; 4],
+    /// Score of the last detection matched.
+    #[serde(serialize_with = "round_score")]
+    pub score: f32,
+    /// Frames since the track started.
+    pub age: u64,
+    /// Frames it was matched in.
+    pub hits: u64,
+}
+
+/// A frame's tracks, and the tracks that ended with it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Tracks {
+    pub tracks: Vec<TrackedObject>,
+    #[serde(rename = "ended_tracks", skip_serializing_if = "Vec::is_empty")]
+    pub ended: Vec<crate::track::EndedTrack>,
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
@@ -313,6 +346,7 @@ pub enum Payload {
     TextBoxes(Vec<TextBox>),
     Crops(CropBatch),
     Texts(Vec<TextLine>),
+    Tracks(Tracks),
 }
 
 impl Payload {
@@ -326,6 +360,7 @@ impl Payload {
             Payload::Classes(c) => Some(serde_json::json!({ "classes": c })),
             Payload::Speech(v) => Some(serde_json::to_value(v).expect("speech serialises")),
             Payload::Level(v) => Some(serde_json::to_value(v).expect("level serialises")),
+            Payload::Tracks(t) => Some(serde_json::to_value(t).expect("tracks serialise")),
         }
     }
 }

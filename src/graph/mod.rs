@@ -28,6 +28,7 @@ pub enum DataType {
     Texts,
     Objects,
     Classes,
+    Tracks,
     /// Sinks produce nothing.
     Nothing,
 }
@@ -46,6 +47,7 @@ impl DataType {
             DataType::Texts => "recognised text",
             DataType::Objects => "detections",
             DataType::Classes => "classes",
+            DataType::Tracks => "tracks",
             DataType::Nothing => "nothing",
         }
     }
@@ -65,7 +67,8 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::TextDetection(_) => DataType::TextBoxes,
         NodeKind::Crop(_) => DataType::Crops,
         NodeKind::TextRecognition(_) => DataType::Texts,
-        NodeKind::Detection(_) => DataType::Objects,
+        NodeKind::Detection(_) | NodeKind::Detections(_) => DataType::Objects,
+        NodeKind::Track(_) => DataType::Tracks,
         NodeKind::Classification(_) => DataType::Classes,
         NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) | NodeKind::Video(_) => DataType::Nothing,
     }
@@ -86,6 +89,7 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
                 DataType::Texts,
                 DataType::Objects,
                 DataType::Classes,
+                DataType::Tracks,
             ],
             "connect a video source, or a stage that works on video frames",
         )),
@@ -95,6 +99,10 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
             "put a `preprocess` (whole frames) or `crop` (regions) stage in between and name it in `inputs`",
         )),
         NodeKind::TextDetection(_) => Some((&[DataType::ModelOutputs], "name an `infer` stage running a text detection model in `inputs`")),
+        NodeKind::Track(_) => Some((
+            &[DataType::Objects, DataType::TextBoxes],
+            "name a stage that yields boxes (`detection`, `text_detection`) or a `detections` source in `inputs`",
+        )),
         NodeKind::Crop(_) => Some((
             &[DataType::TextBoxes, DataType::Classes],
             "name a `text_detection` stage (or a `classification` of its regions) in `inputs`: its boxes are the regions to crop",
@@ -308,6 +316,39 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             if !(t.rate > 0.0 && t.rate <= 1000.0) {
                 diags.push(cfg.diag(node.kind_span.clone(), format!("testsrc `{}`: rate must be in (0, 1000], got {}", node.name, t.rate)));
             }
+        }
+    }
+
+    // Tracker parameters and detection files: values that make sense.
+    for node in &cfg.nodes {
+        let mut bad = |span: std::ops::Range<usize>, what: &str| {
+            diags.push(cfg.diag(span, format!("{} `{}`: {what}", node.kind.name(), node.name)));
+        };
+        match &node.kind {
+            NodeKind::Track(t) => {
+                let a = *t.track_activation_threshold.get_ref();
+                if !(a > 0.0 && a < 1.0) {
+                    bad(t.track_activation_threshold.span(), &format!("track_activation_threshold must be in (0, 1), got {a}"));
+                }
+                let m = *t.minimum_matching_threshold.get_ref();
+                if !(m > 0.0 && m <= 1.0) {
+                    bad(t.minimum_matching_threshold.span(), &format!("minimum_matching_threshold must be in (0, 1], got {m}"));
+                }
+                let r = *t.frame_rate.get_ref();
+                if !(r > 0.0 && r <= 1000.0) {
+                    bad(t.frame_rate.span(), &format!("frame_rate must be in (0, 1000], got {r}"));
+                }
+                if *t.minimum_consecutive_frames.get_ref() == 0 {
+                    bad(t.minimum_consecutive_frames.span(), "minimum_consecutive_frames must be at least 1");
+                }
+            }
+            NodeKind::Detections(d) => {
+                let r = *d.rate.get_ref();
+                if !(r > 0.0 && r <= 1000.0) {
+                    bad(d.rate.span(), &format!("rate must be in (0, 1000], got {r}"));
+                }
+            }
+            _ => {}
         }
     }
 

@@ -13,6 +13,7 @@ pub mod preprocess;
 pub mod scalers;
 pub mod sinks;
 pub mod sources;
+pub mod track;
 pub mod vad;
 
 use std::collections::HashMap;
@@ -325,6 +326,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Err(d) => Err(d),
             },
             NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
+            NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
+            NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
                 Err(d) => Err(d),

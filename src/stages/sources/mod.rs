@@ -2,6 +2,7 @@
 
 pub mod audio;
 pub mod audiotest;
+pub mod detections;
 pub mod dir;
 pub mod file;
 #[cfg(feature = "gstreamer")]
