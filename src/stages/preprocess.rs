@@ -217,7 +217,11 @@ impl Stage for Preprocess {
     fn describe(&self) -> String {
         let c = &self.cfg;
         let engine = match self.device {
+            #[cfg(feature = "cuda")]
             ComputeDevice::Auto => "CUDA kernel for NVDEC frames, else CPU: swscale + table normalise",
+            // A build without the GPU path has no NVDEC frames: the CPU always.
+            #[cfg(not(feature = "cuda"))]
+            ComputeDevice::Auto => "CPU: swscale + table normalise",
             ComputeDevice::Cuda => "CUDA kernel",
             ComputeDevice::Cpu => "CPU: swscale + table normalise",
         };
