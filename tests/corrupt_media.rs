@@ -506,20 +506,7 @@ fn dir_source_counts_corrupt_frames_and_stretches_as_the_file_source_does() {
     assert!(per_file[1].2 >= 2, "two damaged places, two stretches: {per_file:?}");
 
     // The folder through a `dir` source, two files at a time.
-    let toml = dir.path().join("batch.toml");
-    std::fs::write(
-        &toml,
-        format!(
-            "[sources.recordings]\nkind = \"dir\"\npath = \"{}\"\nparallel = 2\n\n\
-             [sinks.out]\nkind = \"ndjson\"\ninputs = [\"recordings\"]\npath = \"{}/{{stream}}.ndjson\"\n",
-            input.display(),
-            dir.path().join("batch-out").display()
-        ),
-    )
-    .unwrap();
-    let report = dir.path().join("batch-report.json");
-    let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
-    let err = stderr(&o);
+    let (o, report, err) = run_batch(dir.path(), &input, 2);
     assert_eq!(o.status.code(), Some(3), "damaged and unreadable files fail the batch: {err}");
     let (skipped, bursts) = source_figures(&report, "recordings");
     let want = per_file.iter().fold((0, 0), |(s, b), f| (s + f.1, b + f.2));
@@ -627,20 +614,7 @@ fn a_truncated_file_is_reported_as_truncated_not_as_corrupt() {
 
     // The same files in a batch, beside a whole one.
     std::fs::copy(root().join("samples/text-720p.mp4"), input.join("whole.mp4")).unwrap();
-    let toml = dir.path().join("batch.toml");
-    std::fs::write(
-        &toml,
-        format!(
-            "[sources.recordings]\nkind = \"dir\"\npath = \"{}\"\n\n\
-             [sinks.out]\nkind = \"ndjson\"\ninputs = [\"recordings\"]\npath = \"{}/{{stream}}.ndjson\"\n",
-            input.display(),
-            dir.path().join("batch-out").display()
-        ),
-    )
-    .unwrap();
-    let report = dir.path().join("batch-report.json");
-    let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
-    let err = stderr(&o);
+    let (o, report, err) = run_batch(dir.path(), &input, 1);
     assert_eq!(o.status.code(), Some(3), "truncated files fail the batch: {err}");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert_eq!(r["inputs"]["complete"], 1, "{err}");
@@ -655,4 +629,24 @@ fn a_truncated_file_is_reported_as_truncated_not_as_corrupt() {
         }
     }
     assert_eq!(source_figures(&report, "recordings"), (0, 0), "cut files add no corrupt frames: {err}");
+}
+
+/// Run the folder `input` as a `dir` batch (`parallel` files at a time) into
+/// `dir/batch-out/`: the output, the `--report` path and stderr.
+fn run_batch(dir: &Path, input: &Path, parallel: usize) -> (std::process::Output, PathBuf, String) {
+    let toml = dir.join("batch.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[sources.recordings]\nkind = \"dir\"\npath = \"{}\"\nparallel = {parallel}\n\n\
+             [sinks.out]\nkind = \"ndjson\"\ninputs = [\"recordings\"]\npath = \"{}/{{stream}}.ndjson\"\n",
+            input.display(),
+            dir.join("batch-out").display()
+        ),
+    )
+    .unwrap();
+    let report = dir.join("batch-report.json");
+    let o = bin().arg("run").arg(&toml).args(["--progress", "never", "--report"]).arg(&report).output().unwrap();
+    let err = stderr(&o);
+    (o, report, err)
 }
