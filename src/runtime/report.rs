@@ -316,7 +316,7 @@ impl RunReport {
         if let Some(i) = &self.inputs {
             let _ = writeln!(s, "{}", i.line());
             for f in &i.failed {
-                let _ = writeln!(s, "  failed: {}: {}", f.path, f.reason);
+                let _ = writeln!(s, "  failed: {}: {}", crate::config::tidy_path(std::path::Path::new(&f.path)).display(), f.reason);
             }
         }
         let _ = writeln!(s, "{}", self.accounting_line());
