@@ -347,7 +347,7 @@ fn srt_push_is_received_by_a_listening_ffmpeg() {
     assert_no_url_folders(dir.path());
 }
 
-/// Today's regression: `udp://…` streamed but left a folder `udp:` behind.
+/// Regression: `udp://…` once streamed but left a folder `udp:` behind.
 #[test]
 fn udp_push_is_received_and_leaves_no_folder() {
     let dir = tempfile::tempdir().unwrap();
