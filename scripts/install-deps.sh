@@ -26,6 +26,14 @@ PKGS=(
   nginx libnginx-mod-rtmp
   # the tracker evaluation's venv (scripts/fetch-eval-deps.sh: motmetrics, supervision)
   python3-venv python3-pip
+  # librdkafka built from source by rdkafka's cmake-build (Kafka sink and job source)
+  cmake libcurl4-openssl-dev libssl-dev libzstd-dev
+  # a real MQTT broker for the MQTT sink's tests
+  mosquitto
+  # Tansu's storage for a Kafka broker that keeps messages across its restart
+  postgresql
+  # the container image test: podman with runc, a Debian base made by debootstrap
+  podman runc debootstrap uidmap slirp4netns fuse-overlayfs
 )
 
 # dpkg-query prints "name status" for known packages; anything not

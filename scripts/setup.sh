@@ -9,3 +9,4 @@ scripts/fetch-models.sh
 scripts/fetch-nvrtc.sh
 scripts/make-samples.sh
 scripts/fetch-eval-deps.sh
+scripts/fetch-brokers.sh

@@ -1,6 +1,8 @@
 //! Helpers for the integration tests: run the real binary from the repo root.
 #![allow(dead_code)]
 
+pub mod brokers;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

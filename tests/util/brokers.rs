@@ -1,0 +1,115 @@
+//! Real message brokers for the integration tests, started on loopback on a
+//! free port and stopped when dropped: Tansu (Kafka protocol, from
+//! scripts/fetch-brokers.sh) and mosquitto (MQTT, from apt).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::root;
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Wait until something accepts TCP connections on `port`.
+pub fn wait_for_port(port: u16, within: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < within {
+        if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A broker process on `port`, restartable on the same port.
+pub struct Broker {
+    pub port: u16,
+    cmd: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Broker {
+    fn spawn(port: u16, cmd: Vec<String>, log: PathBuf) -> Broker {
+        let mut b = Broker { port, cmd, child: None, log };
+        b.start();
+        b
+    }
+
+    /// Start it (again) on the same port; panics when it does not come up.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "broker already running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(&self.cmd[0])
+            .args(&self.cmd[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", self.cmd[0]));
+        self.child = Some(child);
+        assert!(wait_for_port(self.port, Duration::from_secs(15)), "{} did not listen on {}: {}", self.cmd[0], self.port, self.log_text());
+    }
+
+    /// Kill it (SIGKILL) and wait until it is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `host:port` for clients.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The Tansu binary unpacked by scripts/fetch-brokers.sh.
+pub fn tansu_bin() -> PathBuf {
+    let p = root().join(".deps/tansu/tansu");
+    assert!(p.exists(), "{} is missing: run scripts/setup.sh (scripts/fetch-brokers.sh)", p.display());
+    p
+}
+
+/// A Kafka-protocol broker (Tansu) with `storage` as its engine
+/// (`memory://tansu/`: topics are auto-created, lost when it stops).
+pub fn tansu(dir: &Path, storage: &str) -> Broker {
+    let port = free_port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let cmd = vec![
+        tansu_bin().display().to_string(),
+        "broker".into(),
+        "--listener-url".into(),
+        url.clone(),
+        "--advertised-listener-url".into(),
+        url,
+        "--storage-engine".into(),
+        storage.into(),
+    ];
+    Broker::spawn(port, cmd, dir.join(format!("tansu-{port}.log")))
+}
+
+/// A mosquitto MQTT broker, anonymous, on loopback.
+pub fn mosquitto(dir: &Path) -> Broker {
+    let port = free_port();
+    let conf = dir.join(format!("mosquitto-{port}.conf"));
+    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).unwrap();
+    let cmd = vec!["/usr/sbin/mosquitto".into(), "-c".into(), conf.display().to_string()];
+    Broker::spawn(port, cmd, dir.join(format!("mosquitto-{port}.log")))
+}
