@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate every object `helm template` rendered, offline.
 
-Usage: helm template ... | check-rendered.py KUBERNETES_VERSION
+Usage: helm template ... | check-rendered.py KUBERNETES_VERSION [--json FILE]
 
 Built-in kinds are checked against the Kubernetes API schema of that version
 (kubernetes-validate, strict: unknown fields fail). The KEDA ScaledObject and
@@ -9,7 +9,8 @@ the prometheus-operator ServiceMonitor are checked against models generated
 from their CRDs (cloudcoil-models-keda, cloudcoil-models-prometheus-operator):
 each object must load, and dumping it again must give back exactly what was
 rendered, so a misspelt or unknown field fails too. Prints one line per
-object; exits 1 if any fails.
+object; exits 1 if any fails. `--json FILE` also writes the objects there as
+one JSON array, for tests to look into.
 """
 import json
 import sys
@@ -51,6 +52,9 @@ def check(doc, version):
 def main():
     version = sys.argv[1]
     docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+    if len(sys.argv) > 3 and sys.argv[2] == "--json":
+        with open(sys.argv[3], "w") as f:
+            json.dump(docs, f)
     if not docs:
         print("error: nothing rendered", file=sys.stderr)
         return 1
