@@ -94,6 +94,9 @@ fn instructions(text: &str) -> Vec<(String, String)> {
     out
 }
 
+/// A build stage: its name, its base, its instructions.
+type Stage = (String, String, Vec<(String, String)>);
+
 /// The rules we hold our Dockerfiles to (hadolint's DL3006/DL3007/DL3008/
 /// DL3009/DL3015/DL3025/DL3002 in spirit): every problem, one line each.
 fn dockerfile_problems(text: &str, targets: &[&str]) -> Vec<String> {
@@ -108,7 +111,7 @@ fn dockerfile_problems(text: &str, targets: &[&str]) -> Vec<String> {
         }
     }
     // Stages: (name, base, instructions).
-    let mut stages: Vec<(String, String, Vec<(String, String)>)> = Vec::new();
+    let mut stages: Vec<Stage> = Vec::new();
     for (k, a) in ins.iter().skip_while(|(k, _)| k != "FROM") {
         if k == "FROM" {
             let words: Vec<&str> = a.split_whitespace().collect();
