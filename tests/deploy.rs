@@ -555,6 +555,23 @@ fn bad_values_fail_helm_template_with_a_message() {
         assert!(!o.status.success(), "--set {set} rendered:\n{said}");
         assert!(said.contains("values don't meet the specifications of the schema") && said.contains(want), "--set {set}: {said}");
     }
+    // What a schema cannot say, the templates check.
+    let ci = |f: &str| format!("{}/ci/{f}", chart());
+    for (args, want) in [
+        (
+            vec!["--set", "live.autoscaling.enabled=true", "--set", "live.autoscaling.minReplicas=5"],
+            "live.autoscaling: minReplicas (5) is more than maxReplicas (4)",
+        ),
+        (
+            vec!["-f", &ci("workers-keda-values.yaml"), "--set", "workers.keda.minReplicas=20"],
+            "workers.keda: minReplicas (20) is more than maxReplicas (16)",
+        ),
+        (vec!["-f", &ci("statefulset-values.yaml"), "--set", "live.autoscaling.enabled=true"], "live.autoscaling with pipeline.shards"),
+    ] {
+        let o = helm().args(["template", "rel", &chart()]).args(&args).output().unwrap();
+        let said = out(&o);
+        assert!(!o.status.success() && said.contains(want), "{args:?}: {said}");
+    }
 }
 
 // ----------------------------------------------------------------- monitoring
