@@ -5,6 +5,8 @@
 //! [`NodeStats`] and the pipeline's [`Accounting`]), so the endpoint and the
 //! summary cannot disagree. [`server::MetricsServer`] serves it over HTTP.
 
+pub mod gpu;
+pub mod process;
 pub mod server;
 
 use std::fmt;
@@ -408,7 +410,10 @@ impl Collector for Metrics {
             w.providers
                 .iter()
                 .map(|(node, provider)| ([("pipeline", p), ("node", node.as_str()), ("provider", provider.as_str())], ConstGauge::new(1))),
-        )
+        )?;
+        // The process's CPU and memory, and the GPUs' use (absent without NVML).
+        process::encode(&mut enc, process::read())?;
+        gpu::encode(&mut enc, &gpu::read())
     }
 }
 

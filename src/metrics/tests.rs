@@ -55,6 +55,11 @@ fn openmetrics(m: &Arc<Metrics>) -> String {
     s
 }
 
+/// `text` without the `process_*` families.
+fn without_process(text: &str) -> String {
+    text.lines().filter(|l| !l.contains("process_")).map(|l| format!("{l}\n")).collect()
+}
+
 fn assert_lines(text: &str, lines: &[&str]) {
     for l in lines {
         assert!(text.lines().any(|t| t == *l), "missing line\n{l}\nin\n{text}");
@@ -223,7 +228,8 @@ fn server_answers_health_readiness_and_metrics() {
     );
     assert_eq!(status, 200);
     assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"), "{head}");
-    assert_eq!(body, openmetrics(&m));
+    // The same text, but for the process's CPU and memory, which move between the two reads.
+    assert_eq!(without_process(&body), without_process(&openmetrics(&m)));
 
     assert_eq!(get(addr, "/nope").0, 404);
     let (status, head, _) = request(addr, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
@@ -317,4 +323,85 @@ fn ended_streams_are_folded_into_one_series() {
     let per_stream = t.lines().filter(|l| l.starts_with("infer_stream_stream_frames_total{") && l.contains("outcome=\"in\"")).count();
     assert_eq!(per_stream, LISTED_ENDED_STREAMS);
     assert!(!t.contains("stream=\"f0000\""), "the oldest ended stream is folded");
+}
+
+/// The text a collector of these GPU readings writes.
+fn gpu_text(gpus: Vec<super::gpu::GpuReading>) -> String {
+    #[derive(Debug)]
+    struct Gpus(Vec<super::gpu::GpuReading>);
+    impl Collector for Gpus {
+        fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+            super::gpu::encode(&mut enc, &self.0)
+        }
+    }
+    let mut r = Registry::default();
+    r.register_collector(Box::new(Gpus(gpus)));
+    let mut s = String::new();
+    text::encode(&mut s, &r).unwrap();
+    s
+}
+
+#[test]
+fn without_a_gpu_the_gpu_series_are_absent_not_zero() {
+    let t = gpu_text(Vec::new());
+    assert_eq!(t, "# EOF\n", "no GPU: no family, not even its HELP line");
+    // And a watched pipeline's scrape on this machine has none either, unless NVML finds a GPU.
+    let (m, ..) = pipeline();
+    let scrape = openmetrics(&m);
+    assert_eq!(scrape.contains("infer_stream_gpu_"), !super::gpu::read().is_empty(), "{scrape}");
+}
+
+#[test]
+fn gpu_readings_become_one_series_per_gpu_and_figure() {
+    let gpus = vec![
+        super::gpu::GpuReading {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA L4".into(),
+            utilization_pct: Some(37),
+            memory_used_bytes: Some(1_073_741_824),
+            memory_total_bytes: Some(24_146_608_128),
+            decoder_pct: Some(12),
+            encoder_pct: Some(0),
+        },
+        // A device that reports no codec use (an H200 has no NVENC).
+        super::gpu::GpuReading {
+            index: 1,
+            uuid: "GPU-bbbb".into(),
+            name: "NVIDIA H200".into(),
+            utilization_pct: Some(100),
+            memory_used_bytes: Some(2048),
+            memory_total_bytes: Some(4096),
+            decoder_pct: Some(5),
+            encoder_pct: None,
+        },
+    ];
+    let t = gpu_text(gpus);
+    let l0 = r#"gpu="0",uuid="GPU-aaaa",name="NVIDIA L4""#;
+    let l1 = r#"gpu="1",uuid="GPU-bbbb",name="NVIDIA H200""#;
+    assert_lines(
+        &t,
+        &[
+            "# TYPE infer_stream_gpu_utilization_ratio gauge",
+            &format!("infer_stream_gpu_utilization_ratio{{{l0}}} 0.37"),
+            &format!("infer_stream_gpu_utilization_ratio{{{l1}}} 1.0"),
+            &format!("infer_stream_gpu_memory_used_bytes{{{l0}}} 1073741824.0"),
+            &format!("infer_stream_gpu_memory_total_bytes{{{l1}}} 4096.0"),
+            &format!("infer_stream_gpu_decoder_utilization_ratio{{{l0}}} 0.12"),
+            &format!("infer_stream_gpu_encoder_utilization_ratio{{{l0}}} 0.0"),
+        ],
+    );
+    assert!(!t.contains(&format!("infer_stream_gpu_encoder_utilization_ratio{{{l1}}}")), "a figure not reported is absent:\n{t}");
+}
+
+#[test]
+fn process_cpu_and_memory_from_proc() {
+    // `(` and `)` in the command name must not shift the fields.
+    let stat = "4242 (infer (x) y) S 1 4242 4242 0 -1 4194304 1000 0 0 0 250 50 0 0 20 0 9 0 100 0 0";
+    let (cpu, rss) = super::process::parse(stat, "5000 1234 200 10 0 900 0\n").unwrap();
+    assert_eq!((cpu, rss), (3.0, 1234 * 4096));
+    assert_eq!(super::process::parse("garbage", ""), None);
+    let (m, ..) = pipeline();
+    let scrape = openmetrics(&m);
+    assert!(scrape.contains("# TYPE process_cpu_seconds counter") && scrape.contains("process_resident_memory_bytes "), "{scrape}");
 }
