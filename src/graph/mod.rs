@@ -344,8 +344,8 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                 }
             }
             NodeKind::Analytics(a) => {
-                for e in crate::analytics::check(cfg, a) {
-                    bad(e.0, &e.1);
+                for (span, what) in crate::analytics::check(cfg, a) {
+                    bad(if span.is_empty() { node.kind_span.clone() } else { span }, &what);
                 }
             }
             NodeKind::Detections(d) => {
