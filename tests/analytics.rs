@@ -196,7 +196,7 @@ fn lines_and_zones_count_real_trajectories_exactly() {
     for (name, seq) in seqs {
         let tracks = trajectories(seq);
         let mut dets: Vec<(u64, [f64; 4])> = tracks.values().flatten().copied().collect();
-        dets.sort_by(|a, b| a.0.cmp(&b.0));
+        dets.sort_by_key(|d| d.0);
         let file = dir.path().join(format!("{name}.txt"));
         let mot: String =
             dets.iter().map(|(f, b)| format!("{f},-1,{},{},{},{},1,-1,-1,-1\n", b[0], b[1], b[2] - b[0], b[3] - b[1])).collect();

@@ -210,8 +210,7 @@ fn text_regions_keep_one_id_each_for_their_segment() {
     let p = dir.path().join("track.toml");
     std::fs::write(&p, text).unwrap();
     run(&p, &dir.path().join("r.json"));
-    let lines: Vec<serde_json::Value> =
-        read_ndjson(&dir.path().join("out.ndjson")).into_iter().filter(|l| l["event"].is_null()).collect();
+    let lines: Vec<serde_json::Value> = read_ndjson(&dir.path().join("out.ndjson")).into_iter().filter(|l| l["event"].is_null()).collect();
     let truth = truth("text-720p.truth.json");
     assert_eq!(lines.len() as u64, truth.frames);
     let mut id_of: std::collections::HashMap<(u64, usize), u64> = Default::default();
@@ -283,8 +282,7 @@ fn each_stream_has_its_own_tracks() {
     )
     .unwrap();
     run(&p, &dir.path().join("r.json"));
-    let lines: Vec<serde_json::Value> =
-        read_ndjson(&dir.path().join("out.ndjson")).into_iter().filter(|l| l["event"].is_null()).collect();
+    let lines: Vec<serde_json::Value> = read_ndjson(&dir.path().join("out.ndjson")).into_iter().filter(|l| l["event"].is_null()).collect();
     assert_eq!(lines.len(), 10);
     for stream in ["a", "b"] {
         let mut ids: Vec<u64> = lines

@@ -323,6 +323,75 @@ mod tests {
         assert_eq!(corners([1e30, 0.0, 2.0, 3.0]), Some([2, 0, 1_000_000_000, 3]));
     }
 
+    /// A frame of stream `cam` with these tracks (id, box) and, optionally, an analytics view.
+    fn tracked(seq: u64, tracks: &[(Option<u64>, [f32; 4])], view: Option<crate::frame::PlacesView>) -> Frame {
+        use crate::frame::{TrackedObject, Tracks};
+        let acct = std::sync::Arc::new(crate::frame::Accounting::default());
+        let mut f = Frame {
+            stream: "cam".into(),
+            stream_index: 0,
+            seq,
+            pts: None,
+            time_base: (1, 10),
+            created: std::time::Instant::now(),
+            image: None,
+            audio: None,
+            results: Vec::new(),
+            ticket: acct.issue(),
+            queued_at: None,
+            events: Vec::new(),
+        };
+        let name: std::sync::Arc<str> = "det".into();
+        let boxes = tracks.iter().map(|(_, b)| crate::frame::Object { bbox: *b, score: 0.9, class: 0, label: None }).collect();
+        f.attach(&name, Payload::Objects(boxes));
+        let tracks = tracks
+            .iter()
+            .map(|(id, b)| TrackedObject {
+                track_id: *id,
+                state: if id.is_some() { crate::track::TrackState::Confirmed } else { crate::track::TrackState::Tentative },
+                class: 0,
+                label: None,
+                bbox: Some(*b),
+                smoothed: *b,
+                score: 0.9,
+                age: 1,
+                hits: 1,
+            })
+            .collect();
+        f.attach(&"trk".into(), Payload::Tracks(Tracks { tracks, ended: Vec::new() }));
+        if let Some(v) = view {
+            f.attach(&"counts".into(), Payload::Places(v));
+        }
+        f
+    }
+
+    /// Tracks are drawn with their ids instead of the detections they follow;
+    /// lines and zones as dots with their counts at the corner; trails grow
+    /// behind tracks and go with them.
+    #[test]
+    fn tracks_lines_zones_and_trails() {
+        use crate::analytics::{Counts, Filter, Line, Places, Streams, Zone};
+        let filter = || Filter { anchor: crate::config::Anchor::BottomCenter, classes: None, streams: Streams::All };
+        let places = std::sync::Arc::new(Places {
+            lines: vec![Line { name: "gate".into(), from: [50.0, 0.0], to: [50.0, 90.0], filter: filter() }],
+            zones: vec![Zone { name: "desk".into(), points: vec![[0.0, 0.0], [30.0, 0.0], [30.0, 30.0]], filter: filter() }],
+            margin: 4.0,
+        });
+        let view = crate::frame::PlacesView { places, counts: Counts { lines: vec![[2, 1]], zones: vec![1] }, stream: "cam".into() };
+        let m = marks(&tracked(0, &[(Some(3), [10.0, 10.0, 20.0, 40.0]), (None, [60.0, 10.0, 70.0, 40.0])], Some(view)));
+        let labelled: Vec<&str> = m.iter().filter(|m| !m.label.is_empty()).map(|m| m.label.as_str()).collect();
+        assert_eq!(labelled, ["#3", "gate: in 2 out 1", "desk: 1 inside"]);
+        assert!(m.iter().all(|m| m.color != OBJECT), "detections followed by tracks are drawn as tracks");
+        let dots = m.iter().filter(|m| m.color == PLACE && m.bbox.is_some()).count();
+        assert!(dots >= 30 + 30, "the line (90 px) and the zone's edges as dots every 3 px: {dots}");
+        let mut trails = Trails::default();
+        assert!(trails.update(&tracked(0, &[(Some(3), [10.0, 10.0, 20.0, 40.0])], None)).is_empty(), "one point: no trail yet");
+        let t = trails.update(&tracked(1, &[(Some(3), [19.0, 10.0, 29.0, 40.0])], None));
+        assert_eq!(t.first().and_then(|m| m.bbox), Some([15.0, 40.0, 15.0, 40.0]), "from the last bottom centre");
+        assert_eq!(t.last().and_then(|m| m.bbox), Some([24.0, 40.0, 24.0, 40.0]));
+        assert!(trails.update(&tracked(2, &[], None)).is_empty(), "the track is gone: so is its trail");
+    }
+
     #[test]
     fn rectangle_is_clipped_outline() {
         let mut img = RgbImage::new(10, 10);
