@@ -14,7 +14,7 @@ OUTS+=(samples/not-media.mp4 samples/truncated.mp4 samples/frames/img00030.jpg)
 for clip in speech-eval.wav speech-short.wav; do
   OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
 done
-OUTS+=(samples/speech-short.m4a)
+OUTS+=(samples/speech-short.m4a samples/plates.mp4 samples/plates.truth.json)
 
 if [[ ${1:-} != --force ]]; then
   fresh=1
@@ -297,3 +297,30 @@ ffmpeg -nostdin -y -v error -i samples/speech-short.wav -map_metadata -1 -c:a aa
   -fflags +bitexact -flags:a +bitexact -f mp4 samples/speech-short.m4a.part
 mv samples/speech-short.m4a.part samples/speech-short.m4a
 log "samples/speech-short.m4a: AAC-LC 64 kb/s of speech-short.wav"
+
+# Moving plates for tracking and line counting: three white plates drawn at
+# constant speeds over 8 s at 15 fps (120 frames), 1280x720. A vertical line
+# at x = 640 (drawn top to bottom) is crossed once by each: plates 1 and 3
+# left to right ("in"), plate 2 right to left ("out"). The truth is the
+# formulas: the text's left edge is at x0 + vx * t, its top at y.
+F=/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf
+ffmpeg -nostdin -y -loglevel error -f lavfi -i color=c=0x505050:s=1280x720:r=15:d=8 -vf \
+"drawtext=fontfile=$F:text='AB 123':fontsize=72:fontcolor=black:box=1:boxcolor=white:boxborderw=14:x=-400+200*t:y=90,\
+drawtext=fontfile=$F:text='XY 789':fontsize=72:fontcolor=black:box=1:boxcolor=white:boxborderw=14:x=1280-180*t:y=320,\
+drawtext=fontfile=$F:text='KL 456':fontsize=72:fontcolor=black:box=1:boxcolor=white:boxborderw=14:x=-400+260*t:y=540" \
+  -c:v libx264 -pix_fmt yuv420p -g 15 -preset veryfast samples/plates.mp4
+cat > samples/plates.truth.json <<'JSON'
+{
+ "width": 1280,
+ "height": 720,
+ "fps": 15,
+ "frames": 120,
+ "line": {"from": [640, 0], "to": [640, 720]},
+ "plates": [
+  {"text": "AB 123", "x0": -400, "vx": 200, "y": 90, "direction": "in"},
+  {"text": "XY 789", "x0": 1280, "vx": -180, "y": 320, "direction": "out"},
+  {"text": "KL 456", "x0": -400, "vx": 260, "y": 540, "direction": "in"}
+ ]
+}
+JSON
+log "samples/plates.mp4: 3 moving plates, 120 frames at 15 fps; samples/plates.truth.json"

@@ -7,12 +7,14 @@
 //! - [`frame`] is what flows: a decoded image, its metadata and the results stages attach;
 //! - [`stages`] are the sources, preprocess, inference, postprocess and sinks;
 //! - [`track`] follows detected objects from frame to frame (ByteTrack);
+//! - [`analytics`] counts tracks crossing lines and entering and leaving zones;
 //! - [`metrics`] serves those same counters to Prometheus, with health checks;
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
+pub mod analytics;
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;

@@ -124,8 +124,18 @@ fn ndjson_carries_track_ids_and_ended_tracks() {
         p
     };
     run(&p, &dir.path().join("r.json"));
-    let lines = read_ndjson(&dir.path().join("out.ndjson"));
+    let all = read_ndjson(&dir.path().join("out.ndjson"));
+    let lines: Vec<serde_json::Value> = all.iter().filter(|l| l["event"].is_null()).cloned().collect();
     assert_eq!(lines.len(), 20);
+    // The same end as a `track_ended` event, right after the frame it ended with.
+    let at = all.iter().position(|l| l["event"] == "track_ended").expect("a track_ended event");
+    assert_eq!(all[at - 1]["seq"], 14, "{all:?}");
+    assert_eq!(
+        (&all[at]["track_id"], &all[at]["first_seq"], &all[at]["last_seq"], &all[at]["hits"], &all[at]["with_stream"]),
+        (&serde_json::json!(1), &serde_json::json!(0), &serde_json::json!(9), &serde_json::json!(10), &serde_json::json!(false))
+    );
+    assert_eq!(all[at]["duration_ms"], 300, "frames 0 to 9 at 30 fps");
+    assert_eq!(all.iter().filter(|l| l["event"].is_string()).count(), 1, "no other event: no track is alive at the end");
     let tracks = |i: usize| lines[i]["results"]["trk"]["tracks"].as_array().unwrap().clone();
     // Frame 0: seen once, tentative (no id); frame 1 on: confirmed as 1.
     assert_eq!(tracks(0)[0]["state"], "tentative");
@@ -200,7 +210,7 @@ fn text_regions_keep_one_id_each_for_their_segment() {
     let p = dir.path().join("track.toml");
     std::fs::write(&p, text).unwrap();
     run(&p, &dir.path().join("r.json"));
-    let lines = read_ndjson(&dir.path().join("out.ndjson"));
+    let lines: Vec<serde_json::Value> = read_ndjson(&dir.path().join("out.ndjson")).into_iter().filter(|l| l["event"].is_null()).collect();
     let truth = truth("text-720p.truth.json");
     assert_eq!(lines.len() as u64, truth.frames);
     let mut id_of: std::collections::HashMap<(u64, usize), u64> = Default::default();
@@ -272,7 +282,7 @@ fn each_stream_has_its_own_tracks() {
     )
     .unwrap();
     run(&p, &dir.path().join("r.json"));
-    let lines = read_ndjson(&dir.path().join("out.ndjson"));
+    let lines: Vec<serde_json::Value> = read_ndjson(&dir.path().join("out.ndjson")).into_iter().filter(|l| l["event"].is_null()).collect();
     assert_eq!(lines.len(), 10);
     for stream in ["a", "b"] {
         let mut ids: Vec<u64> = lines

@@ -35,6 +35,7 @@ pub enum NodeKind {
     Null(NullSinkConfig),
     Track(TrackConfig),
     Detections(DetectionsSourceConfig),
+    Analytics(AnalyticsConfig),
 }
 
 impl NodeKind {
@@ -63,13 +64,25 @@ impl NodeKind {
             NodeKind::Null(_) => "null",
             NodeKind::Track(_) => "track",
             NodeKind::Detections(_) => "detections",
+            NodeKind::Analytics(_) => "analytics",
         }
     }
 }
 
 const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections"];
-const STAGE_KINDS: &[&str] =
-    &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level", "track"];
+const STAGE_KINDS: &[&str] = &[
+    "preprocess",
+    "infer",
+    "text_detection",
+    "crop",
+    "text_recognition",
+    "detection",
+    "classification",
+    "vad",
+    "audio_level",
+    "track",
+    "analytics",
+];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
@@ -105,6 +118,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "audio_level") => NodeKind::AudioLevel(AudioLevelConfig::deserialize(d)?),
         (Role::Stage, "track") => NodeKind::Track(TrackConfig::deserialize(d)?),
         (Role::Source, "detections") => NodeKind::Detections(DetectionsSourceConfig::deserialize(d)?),
+        (Role::Stage, "analytics") => NodeKind::Analytics(AnalyticsConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -1281,4 +1295,65 @@ pub struct DetectionsSourceConfig {
 
 fn detections_rate() -> Spanned<f64> {
     Spanned::new(0..0, 30.0)
+}
+
+/// `kind = "analytics"`: counting lines and zones over the tracks of the
+/// `track` stage before it (see docs/analytics.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyticsConfig {
+    /// Counting lines (`[[stages.NAME.lines]]`).
+    #[serde(default)]
+    pub lines: Vec<LineConfig>,
+    /// Polygon zones (`[[stages.NAME.zones]]`).
+    #[serde(default)]
+    pub zones: Vec<ZoneConfig>,
+    /// Hysteresis band, pixels: an anchor this close to a line (or a zone's
+    /// edge) changes nothing, so box jitter never counts twice.
+    #[serde(default = "analytics_margin")]
+    pub margin: Spanned<f32>,
+    /// Default anchor point of lines and zones that name none.
+    #[serde(default)]
+    pub anchor: Anchor,
+}
+
+fn analytics_margin() -> Spanned<f32> {
+    Spanned::new(0..0, 4.0)
+}
+
+/// The point of a track's box that lines and zones test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Anchor {
+    #[default]
+    BottomCenter,
+    Center,
+    TopCenter,
+}
+
+/// One counting line: a segment from `from` to `to`, in source pixels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineConfig {
+    pub name: Spanned<String>,
+    pub from: Spanned<[f64; 2]>,
+    pub to: Spanned<[f64; 2]>,
+    pub anchor: Option<Anchor>,
+    /// Class ids counted (default: all).
+    pub classes: Option<Vec<u32>>,
+    /// Source streams it applies to (default: all).
+    pub streams: Option<Spanned<Vec<String>>>,
+}
+
+/// One zone: a polygon (at least three corners), in source pixels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneConfig {
+    pub name: Spanned<String>,
+    pub points: Spanned<Vec<[f64; 2]>>,
+    pub anchor: Option<Anchor>,
+    /// Class ids counted (default: all).
+    pub classes: Option<Vec<u32>>,
+    /// Source streams it applies to (default: all).
+    pub streams: Option<Spanned<Vec<String>>>,
 }

@@ -55,6 +55,10 @@ fn keys_from_types() -> BTreeMap<String, (Option<Role>, BTreeSet<String>)> {
                 keys.extend(nested("providers", accepted("a provider table", ProviderSpec::deserialize)));
                 keys.extend(nested("batch", accepted("batch", BatchConfig::deserialize)));
             }
+            if kind == "analytics" {
+                keys.extend(nested("lines", accepted("a line table", LineConfig::deserialize)));
+                keys.extend(nested("zones", accepted("a zone table", ZoneConfig::deserialize)));
+            }
             let previous = sections.insert(format!("`{kind}`"), (Some(role), keys));
             assert!(previous.is_none(), "kind `{kind}` is registered twice");
         }

@@ -1,5 +1,6 @@
 //! Stream events: what happened to a stream between frames (a camera lost, a
-//! camera back). They travel through the pipeline's queues in order with the
+//! camera back), or to what a stage follows in it (a track ended, a track
+//! crossed a line, entered or left a zone). They travel through the pipeline's queues in order with the
 //! frames, through every stage untouched, to the sinks. They are not frames:
 //! they carry no accounting ticket, so decoded = processed + dropped + failed
 //! holds whatever events flow, and queues never drop them.
@@ -21,6 +22,64 @@ pub enum EventKind {
         /// Connection attempts it took.
         attempts: u32,
     },
+    /// A confirmed track ended: lost longer than the tracker's buffer, or
+    /// still alive when the stream ended (`with_stream`).
+    TrackEnded {
+        track: TrackRef,
+        /// Frame numbers (`seq`) of its first and last match.
+        first_seq: u64,
+        last_seq: u64,
+        /// Frames it was matched in.
+        hits: u64,
+        /// From its first to its last match, by the frames' timestamps.
+        duration_ms: Option<u64>,
+        with_stream: bool,
+    },
+    /// A track's anchor crossed a counting line.
+    Crossed { line: Arc<str>, track: TrackRef, direction: Direction, seq: u64 },
+    /// A track's anchor entered a zone (or was first seen inside it).
+    Entered { zone: Arc<str>, track: TrackRef, seq: u64 },
+    /// A track's anchor left a zone, or its track ended inside it (`track_ended`).
+    Left {
+        zone: Arc<str>,
+        track: TrackRef,
+        seq: u64,
+        /// Frames and milliseconds from entering to the last frame seen inside.
+        dwell_frames: u64,
+        dwell_ms: Option<u64>,
+        track_ended: bool,
+    },
+}
+
+/// The track an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackRef {
+    pub id: u64,
+    pub class: u32,
+    pub label: Option<Arc<str>>,
+}
+
+impl TrackRef {
+    /// The class as counted and labelled: its name when known, else its number.
+    pub fn class_name(&self) -> String {
+        self.label.as_deref().map_or_else(|| self.class.to_string(), str::to_string)
+    }
+}
+
+/// Which way a track crossed a line (see docs/analytics.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    In,
+    Out,
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
 }
 
 /// One event of one stream.
@@ -43,11 +102,15 @@ impl Event {
         Event { stream, at_ms: wall_ms(), kind }
     }
 
-    /// `lost` or `reconnected`.
+    /// `lost`, `reconnected`, `track_ended`, `crossed`, `entered` or `left`.
     pub fn name(&self) -> &'static str {
         match self.kind {
             EventKind::Lost { .. } => "lost",
             EventKind::Reconnected { .. } => "reconnected",
+            EventKind::TrackEnded { .. } => "track_ended",
+            EventKind::Crossed { .. } => "crossed",
+            EventKind::Entered { .. } => "entered",
+            EventKind::Left { .. } => "left",
         }
     }
 
@@ -60,9 +123,48 @@ impl Event {
                 v["gap_ms"] = json!(gap_ms);
                 v["attempts"] = json!(attempts);
             }
+            EventKind::TrackEnded { track, first_seq, last_seq, hits, duration_ms, with_stream } => {
+                put_track(&mut v, track);
+                v["first_seq"] = json!(first_seq);
+                v["last_seq"] = json!(last_seq);
+                v["hits"] = json!(hits);
+                if let Some(d) = duration_ms {
+                    v["duration_ms"] = json!(d);
+                }
+                v["with_stream"] = json!(with_stream);
+            }
+            EventKind::Crossed { line, track, direction, seq } => {
+                v["line"] = json!(&**line);
+                v["direction"] = json!(direction.name());
+                put_track(&mut v, track);
+                v["seq"] = json!(seq);
+            }
+            EventKind::Entered { zone, track, seq } => {
+                v["zone"] = json!(&**zone);
+                put_track(&mut v, track);
+                v["seq"] = json!(seq);
+            }
+            EventKind::Left { zone, track, seq, dwell_frames, dwell_ms, track_ended } => {
+                v["zone"] = json!(&**zone);
+                put_track(&mut v, track);
+                v["seq"] = json!(seq);
+                v["dwell_frames"] = json!(dwell_frames);
+                if let Some(d) = dwell_ms {
+                    v["dwell_ms"] = json!(d);
+                }
+                v["track_ended"] = json!(track_ended);
+            }
         }
         v["at_ms"] = json!(self.at_ms);
         v
+    }
+}
+
+fn put_track(v: &mut Value, t: &TrackRef) {
+    v["track_id"] = json!(t.id);
+    v["class"] = json!(t.class);
+    if let Some(l) = &t.label {
+        v["label"] = json!(&**l);
     }
 }
 
@@ -76,5 +178,24 @@ mod tests {
         assert_eq!(lost.to_json().to_string(), r#"{"stream":"cam","event":"lost","reason":"end of stream","at_ms":5}"#);
         let back = Event { stream: Arc::from("cam"), at_ms: 9, kind: EventKind::Reconnected { gap_ms: 4, attempts: 2 } };
         assert_eq!(back.to_json().to_string(), r#"{"stream":"cam","event":"reconnected","gap_ms":4,"attempts":2,"at_ms":9}"#);
+        let track = TrackRef { id: 3, class: 0, label: Some(Arc::from("person")) };
+        let crossed = Event {
+            stream: Arc::from("cam"),
+            at_ms: 1,
+            kind: EventKind::Crossed { line: Arc::from("door"), track: track.clone(), direction: Direction::Out, seq: 7 },
+        };
+        assert_eq!(
+            crossed.to_json().to_string(),
+            r#"{"stream":"cam","event":"crossed","line":"door","direction":"out","track_id":3,"class":0,"label":"person","seq":7,"at_ms":1}"#
+        );
+        let left = Event {
+            stream: Arc::from("cam"),
+            at_ms: 2,
+            kind: EventKind::Left { zone: Arc::from("desk"), track, seq: 9, dwell_frames: 4, dwell_ms: Some(160), track_ended: false },
+        };
+        assert_eq!(
+            left.to_json().to_string(),
+            r#"{"stream":"cam","event":"left","zone":"desk","track_id":3,"class":0,"label":"person","seq":9,"dwell_frames":4,"dwell_ms":160,"track_ended":false,"at_ms":2}"#
+        );
     }
 }

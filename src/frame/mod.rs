@@ -10,7 +10,7 @@ pub mod ticket;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use event::{Event, EventKind};
+pub use event::{Direction, Event, EventKind, TrackRef};
 pub use letterbox::Letterbox;
 pub use pool::{Pool, PoolBuf};
 pub use ticket::{Accounting, Counts, InputEnd, InputToken, OnInputEnd, Ticket};
@@ -334,6 +334,30 @@ pub struct Tracks {
     pub ended: Vec<crate::track::EndedTrack>,
 }
 
+/// The lines and zones of an `analytics` stage that apply to a frame's
+/// stream, with their running counts (crossings in and out, tracks inside).
+#[derive(Debug, Clone)]
+pub struct PlacesView {
+    pub places: Arc<crate::analytics::Places>,
+    pub counts: crate::analytics::Counts,
+    pub stream: Arc<str>,
+}
+
+impl PlacesView {
+    /// `{"lines": {"door": {"in": 2, "out": 1}}, "zones": {"desk": {"inside": 1}}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut lines = serde_json::Map::new();
+        for (l, c) in self.places.lines.iter().zip(&self.counts.lines).filter(|(l, _)| l.filter.streams.has(&self.stream)) {
+            lines.insert(l.name.to_string(), serde_json::json!({ "in": c[0], "out": c[1] }));
+        }
+        let mut zones = serde_json::Map::new();
+        for (z, c) in self.places.zones.iter().zip(&self.counts.zones).filter(|(z, _)| z.filter.streams.has(&self.stream)) {
+            zones.insert(z.name.to_string(), serde_json::json!({ "inside": c }));
+        }
+        serde_json::json!({ "lines": lines, "zones": zones })
+    }
+}
+
 /// A result a stage attaches to a frame.
 #[derive(Debug)]
 pub enum Payload {
@@ -347,6 +371,7 @@ pub enum Payload {
     Crops(CropBatch),
     Texts(Vec<TextLine>),
     Tracks(Tracks),
+    Places(PlacesView),
 }
 
 impl Payload {
@@ -361,6 +386,7 @@ impl Payload {
             Payload::Speech(v) => Some(serde_json::to_value(v).expect("speech serialises")),
             Payload::Level(v) => Some(serde_json::to_value(v).expect("level serialises")),
             Payload::Tracks(t) => Some(serde_json::to_value(t).expect("tracks serialise")),
+            Payload::Places(p) => Some(p.to_json()),
         }
     }
 }
@@ -393,6 +419,9 @@ pub struct Frame {
     pub ticket: Arc<Ticket>,
     /// When the frame entered its current queue (queue-wait tracing).
     pub queued_at: Option<Instant>,
+    /// Events a stage raised on this frame: the runtime takes them off and
+    /// sends them on right after the frame, in order, to every sink.
+    pub events: Vec<Event>,
 }
 
 impl Frame {

@@ -68,7 +68,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Crop(_) => DataType::Crops,
         NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Detection(_) | NodeKind::Detections(_) => DataType::Objects,
-        NodeKind::Track(_) => DataType::Tracks,
+        NodeKind::Track(_) | NodeKind::Analytics(_) => DataType::Tracks,
         NodeKind::Classification(_) => DataType::Classes,
         NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) | NodeKind::Video(_) => DataType::Nothing,
     }
@@ -103,6 +103,7 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
             &[DataType::Objects, DataType::TextBoxes],
             "name a stage that yields boxes (`detection`, `text_detection`) or a `detections` source in `inputs`",
         )),
+        NodeKind::Analytics(_) => Some((&[DataType::Tracks], "name a `track` stage in `inputs`")),
         NodeKind::Crop(_) => Some((
             &[DataType::TextBoxes, DataType::Classes],
             "name a `text_detection` stage (or a `classification` of its regions) in `inputs`: its boxes are the regions to crop",
@@ -340,6 +341,11 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
                 }
                 if *t.minimum_consecutive_frames.get_ref() == 0 {
                     bad(t.minimum_consecutive_frames.span(), "minimum_consecutive_frames must be at least 1");
+                }
+            }
+            NodeKind::Analytics(a) => {
+                for (span, what) in crate::analytics::check(cfg, a) {
+                    bad(if span.is_empty() { node.kind_span.clone() } else { span }, &what);
                 }
             }
             NodeKind::Detections(d) => {

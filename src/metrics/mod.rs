@@ -401,6 +401,84 @@ impl Collector for Metrics {
             "Most frames waiting in a node's input queue at once (at most its capacity).",
             queued().map(|(l, s)| (l, size(&s.max_depth))),
         )?;
+        // Line crossings and zone events of `analytics` stages, and zone occupancy (entered less left).
+        let rows: Vec<(&NodeStats, Vec<(crate::runtime::stats::CountKey, u64)>)> =
+            w.nodes.iter().map(|s| (s.as_ref(), s.count_rows())).filter(|(_, r)| !r.is_empty()).collect();
+        family(
+            &mut enc,
+            "infer_stream_line_crossings",
+            "Tracks that crossed a counting line, by stream, line, class and direction (in, out).",
+            None,
+            MetricType::Counter,
+            rows.iter().flat_map(|(s, r)| {
+                r.iter().filter(|(k, _)| k.kind == "line").map(move |(k, v)| {
+                    (
+                        [
+                            ("pipeline", p),
+                            ("node", s.name.as_str()),
+                            ("stream", &*k.stream),
+                            ("line", &*k.name),
+                            ("class", k.class.as_str()),
+                            ("direction", k.what),
+                        ],
+                        ConstCounter::new(*v),
+                    )
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_zone_events",
+            "Tracks that entered or left a zone, by stream, zone, class and event (entered, left).",
+            None,
+            MetricType::Counter,
+            rows.iter().flat_map(|(s, r)| {
+                r.iter().filter(|(k, _)| k.kind == "zone").map(move |(k, v)| {
+                    (
+                        [
+                            ("pipeline", p),
+                            ("node", s.name.as_str()),
+                            ("stream", &*k.stream),
+                            ("zone", &*k.name),
+                            ("class", k.class.as_str()),
+                            ("event", k.what),
+                        ],
+                        ConstCounter::new(*v),
+                    )
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_zone_occupancy",
+            "Tracks inside a zone now, by stream, zone and class.",
+            None,
+            MetricType::Gauge,
+            rows.iter().flat_map(|(s, r)| {
+                r.iter().filter(|(k, _)| k.kind == "zone" && k.what == "entered").map(move |(k, v)| {
+                    let left = r
+                        .iter()
+                        .find(|(o, _)| o.what == "left" && (&o.stream, &o.name, &o.class) == (&k.stream, &k.name, &k.class))
+                        .map_or(0, |o| o.1);
+                    (
+                        [
+                            ("pipeline", p),
+                            ("node", s.name.as_str()),
+                            ("stream", &*k.stream),
+                            ("zone", &*k.name),
+                            ("class", k.class.as_str()),
+                        ],
+                        ConstGauge::new(v.saturating_sub(left)),
+                    )
+                })
+            }),
+        )?;
+        counters(
+            &mut enc,
+            "infer_stream_tracks_ended",
+            "Tracks a `track` stage ended (lost longer than its buffer, or with the stream).",
+            all().filter(|(_, s)| s.kind == "track").map(|(l, s)| (l, get(&s.tracks_ended))),
+        )?;
         family(
             &mut enc,
             "infer_stream_execution_provider_info",

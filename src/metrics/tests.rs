@@ -404,4 +404,42 @@ fn process_cpu_and_memory_from_proc() {
     let (m, ..) = pipeline();
     let scrape = openmetrics(&m);
     assert!(scrape.contains("# TYPE process_cpu_seconds counter") && scrape.contains("process_resident_memory_bytes "), "{scrape}");
+/// Line crossings and zone events an analytics stage raised, per stream,
+/// line or zone, class and direction; occupancy is entered less left.
+#[test]
+fn line_crossings_zone_events_and_occupancy() {
+    use crate::frame::{Direction, Event, EventKind, TrackRef};
+    let m = Metrics::new();
+    let counts = Arc::new(NodeStats::new("counts", "analytics", Role::Stage));
+    let trk = Arc::new(NodeStats::new("trk", "track", Role::Stage));
+    let person = |id| TrackRef { id, class: 0, label: Some("person".into()) };
+    let ev = |kind| Event::new("cam".into(), kind);
+    for (id, direction) in [(1, Direction::In), (2, Direction::In), (3, Direction::Out)] {
+        counts.stage_event(&ev(EventKind::Crossed { line: "gate".into(), track: person(id), direction, seq: id }));
+    }
+    for id in 1..=3 {
+        counts.stage_event(&ev(EventKind::Entered { zone: "desk".into(), track: person(id), seq: id }));
+    }
+    counts.stage_event(&ev(EventKind::Left {
+        zone: "desk".into(),
+        track: person(1),
+        seq: 9,
+        dwell_frames: 8,
+        dwell_ms: None,
+        track_ended: false,
+    }));
+    let ended = EventKind::TrackEnded { track: person(1), first_seq: 0, last_seq: 9, hits: 10, duration_ms: None, with_stream: true };
+    trk.stage_event(&ev(ended));
+    m.watch_stats("p".into(), vec![trk, counts], vec![], Arc::new(Accounting::default()), Shutdown::new());
+    assert_lines(
+        &openmetrics(&m),
+        &[
+            "infer_stream_line_crossings_total{pipeline=\"p\",node=\"counts\",stream=\"cam\",line=\"gate\",class=\"person\",direction=\"in\"} 2",
+            "infer_stream_line_crossings_total{pipeline=\"p\",node=\"counts\",stream=\"cam\",line=\"gate\",class=\"person\",direction=\"out\"} 1",
+            "infer_stream_zone_events_total{pipeline=\"p\",node=\"counts\",stream=\"cam\",zone=\"desk\",class=\"person\",event=\"entered\"} 3",
+            "infer_stream_zone_events_total{pipeline=\"p\",node=\"counts\",stream=\"cam\",zone=\"desk\",class=\"person\",event=\"left\"} 1",
+            "infer_stream_zone_occupancy{pipeline=\"p\",node=\"counts\",stream=\"cam\",zone=\"desk\",class=\"person\"} 2",
+            "infer_stream_tracks_ended_total{pipeline=\"p\",node=\"trk\",kind=\"track\"} 1",
+        ],
+    );
 }

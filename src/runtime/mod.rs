@@ -294,6 +294,7 @@ impl<'a> SourceCtx<'a> {
             results: Vec::new(),
             ticket,
             queued_at: None,
+            events: Vec::new(),
         }
     }
 
@@ -777,7 +778,9 @@ fn run_node(
                             .collect()
                     }
                 };
-                for (frame, r) in batch.drain(..).zip(results) {
+                for (mut frame, r) in batch.drain(..).zip(results) {
+                    // Events the stage raised on this frame follow it, whatever became of it.
+                    let events = std::mem::take(&mut frame.events);
                     st.record(per_frame, None);
                     if let Some(t) = &mut trace {
                         t.waited(&frame, t0);
@@ -804,10 +807,26 @@ fn run_node(
                             dead = true;
                         }
                     }
+                    for e in events {
+                        st.stage_event(&e);
+                        out.send_event(Arc::new(e));
+                    }
                 }
             }
             if let Some(e) = event_after {
                 out.send_event(e);
+            }
+            // The input ended: what the stage still has to say (tracks ending with the stream).
+            if !dead {
+                match catch_unwind(AssertUnwindSafe(|| stage.finish())) {
+                    Ok(events) => {
+                        for e in events {
+                            st.stage_event(&e);
+                            out.send_event(Arc::new(e));
+                        }
+                    }
+                    Err(p) => tracing::error!("stage `{name}` panicked at the end of its input: {}", panic_message(p)),
+                }
             }
         }
         Body::Sink(mut sink) => {

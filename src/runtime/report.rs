@@ -93,6 +93,26 @@ pub struct RunReport {
     /// Inputs of multi-input sources (`dir`): complete, skipped, failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inputs: Option<InputsReport>,
+    /// Line crossings and zone entries and exits, by stage, stream, line or zone, class and direction.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counts: Vec<CountRow>,
+    /// Tracks that ended, by `track` stage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tracks_ended: Vec<(String, u64)>,
+}
+
+/// One count of an `analytics` stage: `what` is `in` or `out` for a line,
+/// `entered` or `left` for a zone.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CountRow {
+    pub node: String,
+    pub stream: String,
+    /// `line` or `zone`.
+    pub kind: String,
+    pub name: String,
+    pub class: String,
+    pub what: String,
+    pub count: u64,
 }
 
 /// An input that could not be processed, and why.
@@ -217,6 +237,26 @@ impl RunReport {
             decoders: Vec::new(),
             first_result_ms: None,
             inputs: None,
+            counts: stats
+                .iter()
+                .flat_map(|s| {
+                    s.count_rows().into_iter().map(|(k, count)| CountRow {
+                        node: s.name.clone(),
+                        stream: k.stream.to_string(),
+                        kind: k.kind.to_string(),
+                        name: k.name.to_string(),
+                        class: k.class,
+                        what: k.what.to_string(),
+                        count,
+                    })
+                })
+                .collect(),
+            tracks_ended: stats
+                .iter()
+                .filter(|s| s.kind == "track")
+                .map(|s| (s.name.clone(), s.tracks_ended.load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
     }
 
@@ -235,6 +275,29 @@ impl RunReport {
             let _ = write!(s, "  MISMATCH: {} frame(s) unaccounted for", c.decoded as i64 - (c.processed + c.dropped + c.failed) as i64);
         }
         s
+    }
+
+    /// One summary line per line or zone, stream and class:
+    /// `counts: door (cam) person: in 2, out 1` or `counts: desk (cam) 0: entered 3, left 3`.
+    pub fn counts_lines(&self) -> String {
+        let mut out = String::new();
+        let mut rows: Vec<&CountRow> = self.counts.iter().collect();
+        rows.sort_by(|a, b| (&a.node, &a.kind, &a.name, &a.stream, &a.class).cmp(&(&b.node, &b.kind, &b.name, &b.stream, &b.class)));
+        let mut i = 0;
+        while i < rows.len() {
+            let r = rows[i];
+            let same = |o: &CountRow| (&o.node, &o.kind, &o.name, &o.stream, &o.class) == (&r.node, &r.kind, &r.name, &r.stream, &r.class);
+            let group: Vec<&CountRow> = rows[i..].iter().take_while(|o| same(o)).copied().collect();
+            i += group.len();
+            let get = |w: &str| group.iter().find(|o| o.what == w).map_or(0, |o| o.count);
+            let figures = if r.kind == "line" {
+                format!("in {}, out {}", get("in"), get("out"))
+            } else {
+                format!("entered {}, left {}", get("entered"), get("left"))
+            };
+            let _ = writeln!(out, "{}: {} `{}` ({}) class {}: {figures}", r.node, r.kind, r.name, r.stream, r.class);
+        }
+        out
     }
 
     /// The human summary table.
@@ -319,6 +382,10 @@ impl RunReport {
                 let _ = writeln!(s, "  failed: {}: {}", crate::config::tidy_path(std::path::Path::new(&f.path)).display(), f.reason);
             }
         }
+        for (node, n) in &self.tracks_ended {
+            let _ = writeln!(s, "{node}: {n} track(s) ended");
+        }
+        s.push_str(&self.counts_lines());
         let _ = writeln!(s, "{}", self.accounting_line());
         let _ = write!(s, "wall {:.2} s, {:.2} frames/s through the pipeline", self.wall_seconds, self.fps());
         s

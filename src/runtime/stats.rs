@@ -83,6 +83,18 @@ impl StreamTable {
     }
 }
 
+/// What one count of a line or zone is of: stream, line or zone, class
+/// (its label when known), and `in` / `out` (lines) or `entered` / `left` (zones).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct CountKey {
+    pub stream: Arc<str>,
+    /// `line` or `zone`.
+    pub kind: &'static str,
+    pub name: Arc<str>,
+    pub class: String,
+    pub what: &'static str,
+}
+
 /// Live statistics of one node.
 #[derive(Debug)]
 pub struct NodeStats {
@@ -121,6 +133,10 @@ pub struct NodeStats {
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
     pub batch_sizes: Mutex<Vec<u64>>,
+    /// Stages: line crossings and zone entries and exits it raised, by line or zone, class and direction.
+    pub counts: Mutex<std::collections::BTreeMap<CountKey, u64>>,
+    /// Stages: tracks that ended (`track_ended` events it raised).
+    pub tracks_ended: AtomicU64,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
     /// Source to this sink, µs (sinks only).
@@ -158,6 +174,8 @@ impl NodeStats {
             batch_sizes: Mutex::new(Vec::new()),
             first_out: std::sync::OnceLock::new(),
             streams: Mutex::new(StreamTable::default()),
+            counts: Mutex::new(Default::default()),
+            tracks_ended: AtomicU64::new(0),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
@@ -223,7 +241,30 @@ impl NodeStats {
                 self.longest_gap_ms.fetch_max(*gap_ms, Ordering::Relaxed);
                 self.reconnects.fetch_add(1, Ordering::Relaxed)
             }
+            _ => 0,
         };
+    }
+
+    /// An event this stage raised: counted by line or zone, class and direction.
+    pub fn stage_event(&self, e: &crate::frame::Event) {
+        use crate::frame::EventKind;
+        let (kind, name, track, what) = match &e.kind {
+            EventKind::TrackEnded { .. } => {
+                self.tracks_ended.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            EventKind::Crossed { line, track, direction, .. } => ("line", line, track, direction.name()),
+            EventKind::Entered { zone, track, .. } => ("zone", zone, track, "entered"),
+            EventKind::Left { zone, track, .. } => ("zone", zone, track, "left"),
+            EventKind::Lost { .. } | EventKind::Reconnected { .. } => return,
+        };
+        let key = CountKey { stream: e.stream.clone(), kind, name: name.clone(), class: track.class_name(), what };
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(0) += 1;
+    }
+
+    /// A snapshot of the line and zone counts, in key order.
+    pub fn count_rows(&self) -> Vec<(CountKey, u64)> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// A snapshot of the per-stream counts still listed, by stream name.

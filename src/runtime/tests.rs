@@ -337,3 +337,57 @@ fn full_drop_oldest_queues_drop_frames_never_events() {
     assert_eq!(r.frames.processed as usize, log.len() - 2);
     assert!(r.frames.balanced(), "{:?}", r.frames);
 }
+
+/// Raises a `crossed` event on every third frame, and one more at the end of its input.
+struct Raiser;
+
+impl Stage for Raiser {
+    fn describe(&self) -> String {
+        "raiser".into()
+    }
+    fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        if frame.seq % 3 == 2 {
+            let track = crate::frame::TrackRef { id: frame.seq, class: 0, label: None };
+            let kind = EventKind::Crossed { line: "gate".into(), track, direction: crate::frame::Direction::In, seq: frame.seq };
+            frame.events.push(Event::new(frame.stream.clone(), kind));
+        }
+        Ok(())
+    }
+    fn finish(&mut self) -> Vec<Event> {
+        let track = crate::frame::TrackRef { id: 99, class: 0, label: None };
+        vec![Event::new(Arc::from("cam"), EventKind::Entered { zone: "desk".into(), track, seq: 9 })]
+    }
+}
+
+/// A stage's events reach the sink right after their frame, the end-of-input
+/// ones after the last frame; they are counted, never dropped, and not frames.
+#[test]
+fn stage_events_follow_their_frame_and_are_counted() {
+    for (queue, delay) in [("", Duration::ZERO), ("queue = { capacity = 1, when_full = \"drop_oldest\" }", Duration::from_millis(3))] {
+        let log = Log::default();
+        let toml = LINEAR.replace("ON_ERROR", "").replace("QUEUE", queue);
+        let bodies =
+            vec![Body::Source(Box::new(Counter(10))), Body::Stage(Box::new(Raiser)), Body::Sink(Box::new(EventLog(log.clone(), delay)))];
+        let r = pipeline(&toml, bodies).run(Shutdown::new(), Arc::new(Accounting::default()), None);
+        let log = log.lock().unwrap().clone();
+        let events: Vec<&String> = log.iter().filter(|e| *e != "f").collect();
+        assert_eq!(events, ["cam:crossed", "cam:crossed", "cam:crossed", "cam:entered"], "{queue}");
+        assert_eq!(log.last().map(String::as_str), Some("cam:entered"), "after the last frame: {log:?}");
+        assert!(r.frames.balanced(), "{:?}", r.frames);
+        assert_eq!(r.frames.processed as usize, log.len() - 4);
+        if queue.is_empty() {
+            let mut want = Vec::new();
+            for seq in 0..10 {
+                want.push("f".to_string());
+                if seq % 3 == 2 {
+                    want.push("cam:crossed".into());
+                }
+            }
+            want.push("cam:entered".into());
+            assert_eq!(log, want, "each event right after its frame");
+        }
+        let rows: Vec<(String, String, u64)> = r.counts.iter().map(|c| (c.name.clone(), c.what.clone(), c.count)).collect();
+        assert_eq!(rows, [("gate".to_string(), "in".to_string(), 3), ("desk".to_string(), "entered".to_string(), 1)]);
+        assert!(r.render().contains("s: line `gate` (cam) class 0: in 3, out 0"), "{}", r.render());
+    }
+}

@@ -5,6 +5,7 @@
 //! [`Sink`] that consumes frames. The runtime owns threads, queues and
 //! accounting; stages only see frames.
 
+pub mod analytics;
 pub mod crop;
 pub mod infer;
 pub mod level;
@@ -84,6 +85,11 @@ pub trait Stage: Send {
     /// The execution provider in use, with any fallback, for the summary.
     fn provider(&self) -> Option<String> {
         None
+    }
+    /// The input has ended (every stream of it): events still due, sent
+    /// after the last frame (tracks still alive end with the stream).
+    fn finish(&mut self) -> Vec<Event> {
+        Vec::new()
     }
 }
 
@@ -327,6 +333,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             },
             NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
             NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
+            NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),

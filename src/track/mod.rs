@@ -333,9 +333,14 @@ impl ByteTracker {
             }
         }
         let mut i = 0;
-        tracked.retain(|_| {
+        tracked.retain(|t| {
             i += 1;
-            !drop_tracked[i - 1]
+            let drop = drop_tracked[i - 1];
+            // A confirmed track dropped as a duplicate ends here, like a lost one.
+            if drop && let Some(id) = t.id {
+                ended.push(end(t, id));
+            }
+            !drop
         });
         let mut j = 0;
         lost.retain(|t| {

@@ -1,5 +1,6 @@
 //! Drawing results on pictures: box outlines and labels (scores, classes,
-//! recognised text), shared by the `images` and `video` sinks.
+//! recognised text, track ids), counting lines and zones with their counts,
+//! and short trails behind tracks, shared by the `images` and `video` sinks.
 
 use std::sync::OnceLock;
 
@@ -23,6 +24,11 @@ pub const TEXT_BOX: Rgb<u8> = Rgb([0, 255, 0]);
 pub const TEXT_LINE: Rgb<u8> = Rgb([255, 200, 0]);
 pub const OBJECT: Rgb<u8> = Rgb([255, 0, 80]);
 pub const CLASS: Rgb<u8> = Rgb([0, 200, 255]);
+pub const TRACK: Rgb<u8> = Rgb([255, 140, 0]);
+pub const PLACE: Rgb<u8> = Rgb([255, 255, 0]);
+
+/// Anchor points a trail keeps.
+const TRAIL: usize = 20;
 
 /// The label font, loaded once: `INFER_STREAM_FONT` (a TrueType file) when
 /// set, else DejaVu Sans; `None` (boxes without labels, said once) when none loads.
@@ -65,11 +71,49 @@ pub struct Mark {
     pub label: String,
 }
 
-/// Everything a frame's results say, as marks.
+/// Dots along the segment `a` → `b`: marks with an empty box (a filled
+/// square as wide as the outline) every `step` pixels.
+fn dots(a: [f64; 2], b: [f64; 2], color: Rgb<u8>, step: f64, out: &mut Vec<Mark>) {
+    let len = ((b[0] - a[0]).powi(2) + (b[1] - a[1]).powi(2)).sqrt();
+    if !len.is_finite() {
+        return;
+    }
+    let n = (len / step.max(1.0)).ceil().min(10_000.0) as usize;
+    for i in 0..=n {
+        let t = if n == 0 { 0.0 } else { i as f64 / n as f64 };
+        let (x, y) = ((a[0] + t * (b[0] - a[0])) as f32, (a[1] + t * (b[1] - a[1])) as f32);
+        out.push(Mark { bbox: Some([x, y, x, y]), color, label: String::new() });
+    }
+}
+
+/// Everything a frame's results say, as marks. With tracks, the boxes they
+/// follow are drawn as tracks (`#id`) rather than as detections.
 pub fn marks(frame: &Frame) -> Vec<Mark> {
     let mut out = Vec::new();
+    let tracked = frame.results.iter().any(|a| matches!(&*a.payload, Payload::Tracks(_)));
     for a in &frame.results {
         match &*a.payload {
+            Payload::Tracks(t) => out.extend(t.tracks.iter().filter_map(|t| {
+                let label = match (t.track_id, &t.label) {
+                    (Some(id), Some(l)) => format!("#{id} {l}"),
+                    (Some(id), None) => format!("#{id}"),
+                    (None, _) => String::new(),
+                };
+                Some(Mark { bbox: Some(t.bbox?), color: TRACK, label })
+            })),
+            Payload::Places(p) => {
+                for (l, c) in p.places.lines.iter().zip(&p.counts.lines).filter(|(l, _)| l.filter.streams.has(&p.stream)) {
+                    dots(l.from, l.to, PLACE, 3.0, &mut out);
+                    out.push(Mark { bbox: None, color: PLACE, label: format!("{}: in {} out {}", l.name, c[0], c[1]) });
+                }
+                for (z, c) in p.places.zones.iter().zip(&p.counts.zones).filter(|(z, _)| z.filter.streams.has(&p.stream)) {
+                    for (i, a) in z.points.iter().enumerate() {
+                        dots(*a, z.points[(i + 1) % z.points.len()], PLACE, 3.0, &mut out);
+                    }
+                    out.push(Mark { bbox: None, color: PLACE, label: format!("{}: {} inside", z.name, c) });
+                }
+            }
+            Payload::TextBoxes(_) | Payload::Objects(_) if tracked => {}
             Payload::TextBoxes(b) => {
                 out.extend(b.iter().map(|t| Mark { bbox: Some(t.bbox), color: TEXT_BOX, label: format!("{:.2}", t.score) }))
             }
@@ -89,6 +133,45 @@ pub fn marks(frame: &Frame) -> Vec<Mark> {
         }
     }
     out
+}
+
+/// Recent anchor points (bottom centre) of each stream's tracks, drawn as
+/// short trails. A sink keeps one and shows it every frame, so trails
+/// follow tracks even on frames it does not draw.
+#[derive(Debug, Default)]
+pub struct Trails {
+    points: std::collections::HashMap<(std::sync::Arc<str>, u64), std::collections::VecDeque<[f64; 2]>>,
+}
+
+impl Trails {
+    /// Take in `frame`'s tracks and give the marks of their trails.
+    pub fn update(&mut self, frame: &Frame) -> Vec<Mark> {
+        let Some(tracks) = frame.results.iter().rev().find_map(|a| match &*a.payload {
+            Payload::Tracks(t) => Some(t),
+            _ => None,
+        }) else {
+            return Vec::new();
+        };
+        let live: Vec<u64> = tracks.tracks.iter().filter_map(|t| t.track_id).collect();
+        self.points.retain(|(s, id), _| *s != frame.stream || live.contains(id));
+        for t in &tracks.tracks {
+            let (Some(id), Some(b)) = (t.track_id, t.bbox) else { continue };
+            let trail = self.points.entry((frame.stream.clone(), id)).or_default();
+            trail.push_back(crate::analytics::anchor_point(crate::config::Anchor::BottomCenter, b));
+            if trail.len() > TRAIL {
+                trail.pop_front();
+            }
+        }
+        let mut out = Vec::new();
+        let mut mine: Vec<_> = self.points.iter().filter(|((s, _), _)| *s == frame.stream).collect();
+        mine.sort_by_key(|((_, id), _)| *id);
+        for (_, trail) in mine {
+            for (a, b) in trail.iter().zip(trail.iter().skip(1)) {
+                dots(*a, *b, TRACK, 3.0, &mut out);
+            }
+        }
+        out
+    }
 }
 
 /// Draw an axis-aligned rectangle outline, clipped to the image. The
@@ -238,6 +321,75 @@ mod tests {
             assert!(draw_one(b).pixels().all(|p| p.0 == [0, 0, 0]), "{b:?}");
         }
         assert_eq!(corners([1e30, 0.0, 2.0, 3.0]), Some([2, 0, 1_000_000_000, 3]));
+    }
+
+    /// A frame of stream `cam` with these tracks (id, box) and, optionally, an analytics view.
+    fn tracked(seq: u64, tracks: &[(Option<u64>, [f32; 4])], view: Option<crate::frame::PlacesView>) -> Frame {
+        use crate::frame::{TrackedObject, Tracks};
+        let acct = std::sync::Arc::new(crate::frame::Accounting::default());
+        let mut f = Frame {
+            stream: "cam".into(),
+            stream_index: 0,
+            seq,
+            pts: None,
+            time_base: (1, 10),
+            created: std::time::Instant::now(),
+            image: None,
+            audio: None,
+            results: Vec::new(),
+            ticket: acct.issue(),
+            queued_at: None,
+            events: Vec::new(),
+        };
+        let name: std::sync::Arc<str> = "det".into();
+        let boxes = tracks.iter().map(|(_, b)| crate::frame::Object { bbox: *b, score: 0.9, class: 0, label: None }).collect();
+        f.attach(&name, Payload::Objects(boxes));
+        let tracks = tracks
+            .iter()
+            .map(|(id, b)| TrackedObject {
+                track_id: *id,
+                state: if id.is_some() { crate::track::TrackState::Confirmed } else { crate::track::TrackState::Tentative },
+                class: 0,
+                label: None,
+                bbox: Some(*b),
+                smoothed: *b,
+                score: 0.9,
+                age: 1,
+                hits: 1,
+            })
+            .collect();
+        f.attach(&"trk".into(), Payload::Tracks(Tracks { tracks, ended: Vec::new() }));
+        if let Some(v) = view {
+            f.attach(&"counts".into(), Payload::Places(v));
+        }
+        f
+    }
+
+    /// Tracks are drawn with their ids instead of the detections they follow;
+    /// lines and zones as dots with their counts at the corner; trails grow
+    /// behind tracks and go with them.
+    #[test]
+    fn tracks_lines_zones_and_trails() {
+        use crate::analytics::{Counts, Filter, Line, Places, Streams, Zone};
+        let filter = || Filter { anchor: crate::config::Anchor::BottomCenter, classes: None, streams: Streams::All };
+        let places = std::sync::Arc::new(Places {
+            lines: vec![Line { name: "gate".into(), from: [50.0, 0.0], to: [50.0, 90.0], filter: filter() }],
+            zones: vec![Zone { name: "desk".into(), points: vec![[0.0, 0.0], [30.0, 0.0], [30.0, 30.0]], filter: filter() }],
+            margin: 4.0,
+        });
+        let view = crate::frame::PlacesView { places, counts: Counts { lines: vec![[2, 1]], zones: vec![1] }, stream: "cam".into() };
+        let m = marks(&tracked(0, &[(Some(3), [10.0, 10.0, 20.0, 40.0]), (None, [60.0, 10.0, 70.0, 40.0])], Some(view)));
+        let labelled: Vec<&str> = m.iter().filter(|m| !m.label.is_empty()).map(|m| m.label.as_str()).collect();
+        assert_eq!(labelled, ["#3", "gate: in 2 out 1", "desk: 1 inside"]);
+        assert!(m.iter().all(|m| m.color != OBJECT), "detections followed by tracks are drawn as tracks");
+        let dots = m.iter().filter(|m| m.color == PLACE && m.bbox.is_some()).count();
+        assert!(dots >= 30 + 30, "the line (90 px) and the zone's edges as dots every 3 px: {dots}");
+        let mut trails = Trails::default();
+        assert!(trails.update(&tracked(0, &[(Some(3), [10.0, 10.0, 20.0, 40.0])], None)).is_empty(), "one point: no trail yet");
+        let t = trails.update(&tracked(1, &[(Some(3), [19.0, 10.0, 29.0, 40.0])], None));
+        assert_eq!(t.first().and_then(|m| m.bbox), Some([15.0, 40.0, 15.0, 40.0]), "from the last bottom centre");
+        assert_eq!(t.last().and_then(|m| m.bbox), Some([24.0, 40.0, 24.0, 40.0]));
+        assert!(trails.update(&tracked(2, &[], None)).is_empty(), "the track is gone: so is its trail");
     }
 
     #[test]

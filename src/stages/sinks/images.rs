@@ -30,6 +30,7 @@ pub struct Images {
     /// Host copies of device (NVDEC) frames.
     host: crate::frame::Pool<u8>,
     written: u64,
+    trails: draw::Trails,
 }
 
 impl Images {
@@ -40,7 +41,15 @@ impl Images {
         if c.every == 0 {
             return Err(cfg.diag(c.folder.span(), "`every` must be at least 1"));
         }
-        Ok(Images { name, folder, cfg: c.clone(), scalers: Scalers::default(), written: 0, host: crate::frame::Pool::new(2) })
+        Ok(Images {
+            name,
+            folder,
+            cfg: c.clone(),
+            scalers: Scalers::default(),
+            written: 0,
+            host: crate::frame::Pool::new(2),
+            trails: draw::Trails::default(),
+        })
     }
 }
 
@@ -58,10 +67,15 @@ impl Sink for Images {
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
         let Some(img) = frame.image.as_ref() else { return Ok(()) };
+        // Trails follow every frame, drawn or not.
+        let trail = if self.cfg.annotate { self.trails.update(frame) } else { Vec::new() };
         if !frame.seq.is_multiple_of(self.cfg.every) {
             return Ok(());
         }
-        let marks = if self.cfg.annotate || self.cfg.only_with_results { draw::marks(frame) } else { Vec::new() };
+        let mut marks = if self.cfg.annotate || self.cfg.only_with_results { draw::marks(frame) } else { Vec::new() };
+        if !marks.is_empty() {
+            marks.splice(0..0, trail);
+        }
         if self.cfg.only_with_results && marks.is_empty() {
             return Ok(());
         }

@@ -110,6 +110,7 @@ pub struct VideoSink {
     only: Option<String>,
     outputs: HashMap<Arc<str>, Output>,
     pool: Pool<u8>,
+    trails: draw::Trails,
 }
 
 /// The file for `stream`: `{stream}` replaced by its file-name-safe name, the
@@ -202,6 +203,7 @@ impl VideoSink {
             only: c.stream.as_ref().map(|s| s.get_ref().clone()),
             outputs: HashMap::new(),
             pool: Pool::new(4),
+            trails: draw::Trails::default(),
         })
     }
 
@@ -452,7 +454,13 @@ impl Sink for VideoSink {
         if self.only.as_deref().is_some_and(|s| s != &*frame.stream) {
             return Ok(());
         }
-        let marks = if self.annotate { draw::marks(frame) } else { Vec::new() };
+        let marks = if self.annotate {
+            let mut m = self.trails.update(frame);
+            m.extend(draw::marks(frame));
+            m
+        } else {
+            Vec::new()
+        };
         let pool = self.pool.clone();
         self.output(frame, &img)?;
         let out = self.outputs.get_mut(&frame.stream).expect("made above");
