@@ -404,6 +404,8 @@ fn process_cpu_and_memory_from_proc() {
     let (m, ..) = pipeline();
     let scrape = openmetrics(&m);
     assert!(scrape.contains("# TYPE process_cpu_seconds counter") && scrape.contains("process_resident_memory_bytes "), "{scrape}");
+}
+
 /// Line crossings and zone events an analytics stage raised, per stream,
 /// line or zone, class and direction; occupancy is entered less left.
 #[test]
