@@ -121,6 +121,9 @@ pub struct NodeStats {
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
     pub batch_sizes: Mutex<Vec<u64>>,
+    /// Infer stages: frames per stream by what the model did (inferred,
+    /// predicted, carried: [`crate::frame::WorkMode`] order).
+    pub work: Mutex<HashMap<Arc<str>, [u64; 3]>>,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
     /// Source to this sink, µs (sinks only).
@@ -158,6 +161,7 @@ impl NodeStats {
             batch_sizes: Mutex::new(Vec::new()),
             first_out: std::sync::OnceLock::new(),
             streams: Mutex::new(StreamTable::default()),
+            work: Mutex::new(HashMap::new()),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
@@ -238,6 +242,23 @@ impl NodeStats {
     /// The ended streams folded together (no longer in [`Self::stream_counts`]).
     pub fn folded_streams(&self) -> FoldedStreams {
         self.streams.lock().unwrap_or_else(|e| e.into_inner()).folded
+    }
+
+    /// An infer stage ran its model on a frame of `stream`, or skipped it.
+    /// Streams beyond [`Self::WORK_STREAMS`] (a long `dir` batch) are summed under `*`.
+    pub fn worked(&self, stream: &Arc<str>, mode: crate::frame::WorkMode) {
+        let mut w = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        let key = if w.len() >= Self::WORK_STREAMS && !w.contains_key(stream) { Arc::from("*") } else { stream.clone() };
+        w.entry(key).or_default()[mode as usize] += 1;
+    }
+
+    pub const WORK_STREAMS: usize = 1024;
+
+    /// Frames per stream by what the model did, in stream order.
+    pub fn work_counts(&self) -> Vec<(Arc<str>, [u64; 3])> {
+        let mut v: Vec<_> = self.work.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(s, c)| (s.clone(), *c)).collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// A batch of `n` frames was formed.

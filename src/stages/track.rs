@@ -56,7 +56,9 @@ impl Stage for Track {
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
         let (dets, labels) = boxes(frame);
         let tracker = self.streams.entry(frame.stream.clone()).or_insert_with(|| ByteTracker::new(self.params.clone()));
-        let u = tracker.update(&dets, frame.seq);
+        // A frame the detector skipped (`interval`): the boxes are predicted.
+        let predicted = frame.predicted();
+        let u = if predicted { tracker.predict(frame.seq) } else { tracker.update(&dets, frame.seq) };
         let label_of_class = |class: u32| labels.iter().zip(&dets).find(|(_, d)| d.class == class).and_then(|(l, _)| l.clone());
         let tracks = u
             .tracks
@@ -71,6 +73,7 @@ impl Stage for Track {
                 score: t.score,
                 age: t.age,
                 hits: t.hits,
+                predicted,
             })
             .collect();
         frame.attach(&self.name, Payload::Tracks(Tracks { tracks, ended: u.ended }));
