@@ -54,6 +54,7 @@ fn keys_from_types() -> BTreeMap<String, (Option<Role>, BTreeSet<String>)> {
             if kind == "infer" {
                 keys.extend(nested("providers", accepted("a provider table", ProviderSpec::deserialize)));
                 keys.extend(nested("batch", accepted("batch", BatchConfig::deserialize)));
+                keys.extend(nested("motion", accepted("motion", MotionConfig::deserialize)));
             }
             let previous = sections.insert(format!("`{kind}`"), (Some(role), keys));
             assert!(previous.is_none(), "kind `{kind}` is registered twice");

@@ -103,6 +103,10 @@ impl Stage for TextRecognition {
                 let (text, score) = decode(&t.data[i * steps * classes..(i + 1) * steps * classes], steps, classes, &self.charset);
                 let track_id = crops.track_ids.get(i).copied().flatten();
                 if let Some(id) = track_id {
+                    if self.by_track.len() >= 65_536 {
+                        // Tracks of streams that ended without ending their tracks: start afresh.
+                        self.by_track.clear();
+                    }
                     self.by_track.insert((frame.stream.clone(), id), (text.clone(), score));
                 }
                 if !text.is_empty() && score >= self.cfg.min_score {
