@@ -40,15 +40,21 @@ fn sink(input: &str, name: &str) -> String {
     format!("[sinks.out]\nkind = \"ndjson\"\ninputs = [\"{input}\"]\npath = \"{name}.ndjson\"\n")
 }
 
-/// Run `p`; the NDJSON lines (by seq) and the `--report` JSON.
-fn run(dir: &Path, p: &Path) -> (Vec<Value>, Value) {
+/// Run `p`; the NDJSON lines (by seq), the `--report` JSON and the summary (stderr).
+fn run_with_summary(dir: &Path, p: &Path) -> (Vec<Value>, Value, String) {
     let stem = p.file_stem().unwrap().to_str().unwrap();
     let report = dir.join(format!("{stem}.report.json"));
-    let o = bin().args(["-q", "run"]).arg(p).arg("--report").arg(&report).output().expect("run infer-stream");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = bin().args(["run", "--progress", "never"]).arg(p).arg("--report").arg(&report).output().expect("run infer-stream");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
     let mut lines = read_ndjson(&dir.join(format!("{stem}.ndjson")));
     lines.sort_by_key(|l| l["seq"].as_u64());
-    (lines, serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap())
+    (lines, serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap(), err)
+}
+
+fn run(dir: &Path, p: &Path) -> (Vec<Value>, Value) {
+    let (lines, report, _) = run_with_summary(dir, p);
+    (lines, report)
 }
 
 /// The `work` counts of `node` in a report: (inferred, predicted, carried).
@@ -82,12 +88,15 @@ fn interval_predicts_boxes_close_to_the_every_frame_run() {
     let every = pipeline(dir.path(), "every", "samples/plates.mp4", "", &format!("{TRACK}{}", sink("tracks", "every")));
     let skip = pipeline(dir.path(), "skip", "samples/plates.mp4", "interval = 2", &format!("{TRACK}{}", sink("tracks", "skip")));
     let (all, all_report) = run(dir.path(), &every);
-    let (some, some_report) = run(dir.path(), &skip);
+    let (some, some_report, summary) = run_with_summary(dir.path(), &skip);
     let frames = all.len() as u64;
     assert_eq!(frames, 120);
     assert_eq!(work(&all_report, "det"), (frames, 0, 0));
     let ran = frames.div_ceil(3);
     assert_eq!(work(&some_report, "det"), (ran, frames - ran, 0), "one frame in three inferred");
+    let line =
+        format!("det: stream `cam`: model ran on {ran} of {frames} frames ({} predicted by the tracker, 0 carried forward)", frames - ran);
+    assert!(summary.contains(&line), "{line}\nin\n{summary}");
 
     // Ids per plate row: confirmed tracks in each run.
     let ids = |lines: &[Value]| {

@@ -648,7 +648,8 @@ fn check_gating(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diag
                 }
                 if let Some(m) = &c.motion {
                     let v = m.get_ref();
-                    if !(0.0..=1.0).contains(&v.min_area) || !(v.alpha > 0.0 && v.alpha <= 1.0) || !(8..=4096).contains(&v.width) {
+                    let in_range = (0.0..=1.0).contains(&v.min_area) && v.alpha > 0.0 && v.alpha <= 1.0 && (8..=4096).contains(&v.width);
+                    if !in_range {
                         diags.push(
                             cfg.diag(
                                 m.span(),

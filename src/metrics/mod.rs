@@ -333,7 +333,7 @@ impl Collector for Metrics {
             }),
         )?;
         // What each infer stage's model did, per stream.
-        let work: Vec<(&NodeStats, Vec<(Arc<str>, [u64; 3])>)> =
+        let work: Vec<(&NodeStats, crate::runtime::stats::WorkCounts)> =
             w.nodes.iter().filter(|s| s.kind == "infer").map(|s| (s.as_ref(), s.work_counts())).collect();
         family(
             &mut enc,

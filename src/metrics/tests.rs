@@ -324,7 +324,12 @@ fn ended_streams_are_folded_into_one_series() {
 fn infer_stages_count_frames_inferred_predicted_and_carried() {
     let (m, nodes, _, _) = pipeline();
     let cam: Arc<str> = "cam".into();
-    for mode in [crate::frame::WorkMode::Inferred, crate::frame::WorkMode::Predicted, crate::frame::WorkMode::Predicted, crate::frame::WorkMode::Carried] {
+    for mode in [
+        crate::frame::WorkMode::Inferred,
+        crate::frame::WorkMode::Predicted,
+        crate::frame::WorkMode::Predicted,
+        crate::frame::WorkMode::Carried,
+    ] {
         nodes[1].worked(&cam, mode);
     }
     assert_lines(

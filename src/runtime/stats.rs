@@ -22,6 +22,9 @@ pub enum StreamEvent {
 /// Per-stream counts in one node: in, out, dropped, failed.
 pub type StreamCounts = Vec<(Arc<str>, [u64; 4])>;
 
+/// Per-stream counts in one infer stage: inferred, predicted, carried.
+pub type WorkCounts = Vec<(Arc<str>, [u64; 3])>;
+
 /// Ended streams still listed one by one (the most recent ones); older ended
 /// streams are folded into [`FoldedStreams`]. A `dir` batch makes one stream
 /// per file: without a bound, 100,000 files would mean 100,000 entries, and as
@@ -255,7 +258,7 @@ impl NodeStats {
     pub const WORK_STREAMS: usize = 1024;
 
     /// Frames per stream by what the model did, in stream order.
-    pub fn work_counts(&self) -> Vec<(Arc<str>, [u64; 3])> {
+    pub fn work_counts(&self) -> WorkCounts {
         let mut v: Vec<_> = self.work.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(s, c)| (s.clone(), *c)).collect();
         v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         v

@@ -89,6 +89,9 @@ fn bilinear(img: &[u8], w: usize, h: usize, x: f64, y: f64, out: &mut [f32; 3]) 
     }
 }
 
+/// When a track's region was last cropped: frame, seconds, at the picture's edge.
+type LastCrop = (u64, Option<f64>, bool);
+
 pub struct Crop {
     name: Arc<str>,
     cfg: CropConfig,
@@ -100,7 +103,7 @@ pub struct Crop {
     pool: Pool<f32>,
     /// `once_per_track`: when each track's region was last cropped (frame,
     /// seconds), and whether it touched the picture's edge then.
-    cropped: std::collections::HashMap<(Arc<str>, u64), (u64, Option<f64>, bool)>,
+    cropped: std::collections::HashMap<(Arc<str>, u64), LastCrop>,
 }
 
 impl Crop {
