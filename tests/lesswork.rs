@@ -148,6 +148,11 @@ fn interval_predicts_boxes_close_to_the_every_frame_run() {
         ious.len(),
         ious[0]
     );
+    // Measured: mean 0.92, 10th percentile 0.82. The detector's own boxes jitter by a few
+    // pixels in height from frame to frame (±4 px of a 70 px box is already IoU ≈ 0.9), and a
+    // plate sliding into the picture changes width every frame; the margins (0.07, 0.12) leave
+    // room for another ONNX Runtime build or thread count without letting a lagging predictor
+    // (the plain Kalman box measured 0.72 / 0.36) pass.
     assert!(ious.len() >= 100, "predicted boxes compared: {}", ious.len());
     assert!(mean >= 0.85, "mean IoU {mean:.3}");
     assert!(p10 >= 0.7, "10th percentile IoU {p10:.3}");
