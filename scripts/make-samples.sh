@@ -14,7 +14,7 @@ OUTS+=(samples/not-media.mp4 samples/truncated.mp4 samples/frames/img00030.jpg)
 for clip in speech-eval.wav speech-short.wav; do
   OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
 done
-OUTS+=(samples/speech-short.m4a samples/plates.mp4 samples/plates.truth.json)
+OUTS+=(samples/speech-short.m4a samples/plates.mp4 samples/plates.truth.json samples/still-plates.mp4)
 
 if [[ ${1:-} != --force ]]; then
   fresh=1
@@ -182,6 +182,17 @@ log "samples/not-media.mp4, samples/truncated.mp4 ($((size * 30 / 100)) of $size
 rm -rf samples/frames && mkdir -p samples/frames
 ffmpeg -nostdin -y -loglevel error -i samples/text-720p.mp4 -frames:v 30 -q:v 2 samples/frames/img%05d.jpg
 log "samples/frames/img00001.jpg ... img00030.jpg"
+
+# A mostly still scene for motion gating: 20 s at 15 fps (300 frames) of a
+# parked plate on grey with light temporal noise, and a second plate driving
+# across from t = 9 s to t = 11 s (x = -400 + 900 (t - 9), frames 135-165).
+F=/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf
+ffmpeg -nostdin -y -loglevel error -f lavfi -i color=c=0x505050:s=1280x720:r=15:d=20 -vf \
+"drawtext=fontfile=$F:text='PK 042':fontsize=72:fontcolor=black:box=1:boxcolor=white:boxborderw=14:x=760:y=480,\
+drawtext=fontfile=$F:text='MV 321':fontsize=72:fontcolor=black:box=1:boxcolor=white:boxborderw=14:x=-400+900*(t-9):y=160:enable='between(t,9,11)',\
+noise=alls=4:allf=t:all_seed=7" \
+  -c:v libx264 -pix_fmt yuv420p -g 15 -preset veryfast -threads 1 -fflags +bitexact -flags +bitexact samples/still-plates.mp4
+log "samples/still-plates.mp4 (20 s still, a plate driving across at 9-11 s)"
 
 # Speech for the voice-activity detector: espeak-ng sentences (3 voices and
 # speeds, varied levels) between silent gaps, at 16 kHz mono, plus light pink

@@ -6,6 +6,7 @@
 //! - [`runtime`] runs one thread per node over bounded channels, with accounting and shutdown;
 //! - [`frame`] is what flows: a decoded image, its metadata and the results stages attach;
 //! - [`stages`] are the sources, preprocess, inference, postprocess and sinks;
+//! - [`gating`] decides which frames an inference stage runs on (interval, motion);
 //! - [`track`] follows detected objects from frame to frame (ByteTrack);
 //! - [`analytics`] counts tracks crossing lines and entering and leaving zones;
 //! - [`metrics`] serves those same counters to Prometheus, with health checks;
@@ -21,6 +22,7 @@ pub mod bench;
 pub mod config;
 pub mod doctor;
 pub mod frame;
+pub mod gating;
 #[cfg(feature = "cuda")]
 pub mod gpu_check;
 pub mod graph;

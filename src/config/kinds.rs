@@ -832,6 +832,52 @@ pub struct InferConfig {
     /// IoBinding): `auto` (on a CUDA or TensorRT provider), `on`, `off`.
     #[serde(default)]
     pub io_binding: IoBindingMode,
+    /// Run the model on one frame in `interval + 1` per stream; a `track`
+    /// stage downstream predicts the boxes in between (0: every frame).
+    #[serde(default = "no_interval")]
+    pub interval: Spanned<u32>,
+    /// Skip the model while nothing moves (off by default).
+    pub motion: Option<Spanned<MotionConfig>>,
+}
+
+/// `motion = { threshold = 25, min_area = 0.002 }` on an `infer` stage: a
+/// cheap change detector (a small grey copy against a running background);
+/// when the changed area is under `min_area`, the model is skipped and the
+/// previous results are carried forward.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MotionConfig {
+    /// Grey-level difference (0–255) that counts a pixel as changed.
+    #[serde(default = "motion_threshold")]
+    pub threshold: u8,
+    /// Changed share of the picture (0–1) that counts as motion.
+    #[serde(default = "motion_min_area")]
+    pub min_area: f32,
+    /// Width of the grey copy, pixels.
+    #[serde(default = "motion_width")]
+    pub width: u32,
+    /// How fast the background follows the picture (0–1 per frame).
+    #[serde(default = "motion_alpha")]
+    pub alpha: f32,
+}
+
+fn no_interval() -> Spanned<u32> {
+    Spanned::new(0..0, 0)
+}
+fn not_once_per_track() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
+fn motion_threshold() -> u8 {
+    25
+}
+fn motion_min_area() -> f32 {
+    0.002
+}
+fn motion_width() -> u32 {
+    160
+}
+fn motion_alpha() -> f32 {
+    0.1
 }
 
 /// `io_binding` of an `infer` stage.
@@ -948,6 +994,16 @@ pub struct CropConfig {
     /// The class of `orientation` that means upside down.
     #[serde(default = "one")]
     pub flip_class: u32,
+    /// Crop each track's region once (a `track` stage upstream gives the ids)
+    /// and reuse its result while the track lives.
+    #[serde(default = "not_once_per_track")]
+    pub once_per_track: Spanned<bool>,
+    /// With `once_per_track`: crop a track's region again after this many frames (0: never).
+    #[serde(default)]
+    pub refresh_frames: u64,
+    /// With `once_per_track`: crop a track's region again after this long (0: never).
+    #[serde(default)]
+    pub refresh_ms: u64,
 }
 
 fn one() -> u32 {

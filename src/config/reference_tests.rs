@@ -54,6 +54,7 @@ fn keys_from_types() -> BTreeMap<String, (Option<Role>, BTreeSet<String>)> {
             if kind == "infer" {
                 keys.extend(nested("providers", accepted("a provider table", ProviderSpec::deserialize)));
                 keys.extend(nested("batch", accepted("batch", BatchConfig::deserialize)));
+                keys.extend(nested("motion", accepted("motion", MotionConfig::deserialize)));
             }
             if kind == "analytics" {
                 keys.extend(nested("lines", accepted("a line table", LineConfig::deserialize)));

@@ -56,7 +56,7 @@ fn every_bad_key_of_one_node_is_reported() {
         vec![
             "p.toml:7:9: invalid type: integer `42`, expected a string",
             "p.toml:8:17: invalid type: string \"two\", expected usize",
-            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`, `batch`, `io_binding`",
+            "p.toml:9:1: unknown field `spinnig`, expected one of `model`, `providers`, `intra_threads`, `inter_threads`, `spinning`, `input`, `warmup`, `batch`, `io_binding`, `interval`, `motion`",
         ]
     );
 }
@@ -263,7 +263,7 @@ fn postprocessors_need_models_run_on_the_right_input() {
         headlines(&src),
         vec![
             "p.toml:15:11: text_recognition `text` reads a model run on crops (a `crop` stage), but `det` runs on the output of `pre` (preprocess)",
-            "p.toml:18:11: type mismatch: stage `crops` (crop) takes text boxes or classes, but `cam` (file) produces video frames",
+            "p.toml:18:11: type mismatch: stage `crops` (crop) takes text boxes or classes or tracks, but `cam` (file) produces video frames",
         ]
     );
 }

@@ -197,6 +197,13 @@ pub struct CropBatch {
     pub tensor: Tensor,
     /// The region each batch entry came from, in order.
     pub regions: Vec<TextBox>,
+    /// `once_per_track`: the track of each batch entry (same order as `regions`).
+    pub track_ids: Vec<Option<u64>>,
+    /// `once_per_track`: regions not cropped because their track's result is
+    /// reused, with their track id.
+    pub reused: Vec<(u64, TextBox)>,
+    /// `once_per_track`: tracks that ended with this frame (their results are forgotten).
+    pub ended: Vec<u64>,
 }
 
 /// A recognised string and where it is.
@@ -210,6 +217,38 @@ pub struct TextLine {
     pub bbox: [f32; 4],
     #[serde(serialize_with = "round_quad")]
     pub quad: [[f32; 2]; 4],
+    /// `once_per_track`: the track the region belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub track_id: Option<u64>,
+    /// `once_per_track`: the text was recognised on an earlier frame of the
+    /// track and reused here (the box is this frame's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
+}
+
+/// What an inference stage did with one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkMode {
+    /// The model ran.
+    Inferred,
+    /// Skipped by `interval`: a tracker downstream predicts the boxes.
+    Predicted,
+    /// Skipped (nothing moved, `motion`; or every region's track already has
+    /// its result, `once_per_track`): earlier results are carried forward.
+    Carried,
+}
+
+impl WorkMode {
+    pub const ALL: [WorkMode; 3] = [WorkMode::Inferred, WorkMode::Predicted, WorkMode::Carried];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkMode::Inferred => "inferred",
+            WorkMode::Predicted => "predicted",
+            WorkMode::Carried => "carried",
+        }
+    }
 }
 
 /// A detected object in source pixels.
@@ -324,6 +363,10 @@ pub struct TrackedObject {
     pub age: u64,
     /// Frames it was matched in.
     pub hits: u64,
+    /// The frame was not inferred (`interval`): `smoothed` is the motion
+    /// model's prediction, not corrected by a detection.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub predicted: bool,
 }
 
 /// A frame's tracks, and the tracks that ended with it.
@@ -372,13 +415,20 @@ pub enum Payload {
     Texts(Vec<TextLine>),
     Tracks(Tracks),
     Places(PlacesView),
+    /// An inference stage did not run its model on this frame (`interval`,
+    /// `motion`): `{"inferred": false, "mode": "predicted"}` in the results.
+    NotInferred(WorkMode),
+    /// A preprocess left the frame for the inference stage after it to skip
+    /// (no tensor made); internal.
+    Gated(WorkMode),
 }
 
 impl Payload {
     /// The JSON sinks write (`None`: internal data such as tensors).
     pub fn to_json(&self) -> Option<serde_json::Value> {
         match self {
-            Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) => None,
+            Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) | Payload::Gated(_) => None,
+            Payload::NotInferred(m) => Some(serde_json::json!({ "inferred": false, "mode": m })),
             Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
             Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
             Payload::Objects(o) => Some(serde_json::json!({ "detections": o })),
@@ -457,6 +507,34 @@ impl Frame {
             Payload::TextBoxes(b) => Some(b.as_slice()),
             _ => None,
         })
+    }
+
+    /// Whether the latest inference result is an `interval` skip: no model
+    /// outputs (nor boxes from them) for this frame; a tracker predicts.
+    pub fn predicted(&self) -> bool {
+        self.results
+            .iter()
+            .rev()
+            .find_map(|a| match &*a.payload {
+                Payload::NotInferred(m) => Some(*m == WorkMode::Predicted),
+                Payload::Outputs(_) | Payload::Objects(_) | Payload::TextBoxes(_) => Some(false),
+                _ => None,
+            })
+            .unwrap_or(false)
+    }
+
+    /// What inference stage `node` did with this frame, from what it attached:
+    /// `None` when it attached nothing or ran on nothing (no regions).
+    pub fn work_mode(&self, node: &str) -> Option<WorkMode> {
+        let mut ran = false;
+        for a in self.results.iter().rev().take_while(|a| &*a.node == node) {
+            match &*a.payload {
+                Payload::NotInferred(m) => return Some(*m),
+                Payload::Outputs(o) if !o.outputs.is_empty() => ran = true,
+                _ => {}
+            }
+        }
+        ran.then_some(WorkMode::Inferred)
     }
 
     /// The most recent model outputs attached.

@@ -105,8 +105,8 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
         )),
         NodeKind::Analytics(_) => Some((&[DataType::Tracks], "name a `track` stage in `inputs`")),
         NodeKind::Crop(_) => Some((
-            &[DataType::TextBoxes, DataType::Classes],
-            "name a `text_detection` stage (or a `classification` of its regions) in `inputs`: its boxes are the regions to crop",
+            &[DataType::TextBoxes, DataType::Classes, DataType::Tracks],
+            "name a `text_detection` stage (or a `classification` of its regions, or a `track` stage after it) in `inputs`: its boxes are the regions to crop",
         )),
         NodeKind::TextRecognition(_) => {
             Some((&[DataType::ModelOutputs], "name an `infer` stage that runs a recogniser on a `crop` stage's output"))
@@ -551,6 +551,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    check_gating(cfg, &producers, &mut diags);
     check_video_sinks(cfg, &producers, &mut diags);
     check_output_files(cfg, &producers, &mut diags);
 
@@ -611,6 +612,74 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     } else {
         diags.sort();
         Err(diags)
+    }
+}
+
+/// Nodes reached from `i` following `next` (producers: upstream; consumers: downstream), `i` excluded.
+fn reached(next: &dyn Fn(usize) -> Vec<usize>, n: usize, i: usize) -> Vec<bool> {
+    let mut seen = vec![false; n];
+    let mut todo = next(i);
+    while let Some(j) = todo.pop() {
+        if j < n && !seen[j] {
+            seen[j] = true;
+            todo.extend(next(j));
+        }
+    }
+    seen
+}
+
+/// `interval` needs a `track` stage downstream (it predicts the skipped
+/// frames); `once_per_track` a `track` stage upstream (it gives the ids);
+/// `motion` settings in range.
+fn check_gating(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
+    let n = cfg.nodes.len();
+    let up = |i: usize| producers.get(i).cloned().unwrap_or_default();
+    let down = |i: usize| (0..n).filter(|&j| producers[j].contains(&i)).collect::<Vec<_>>();
+    let is_track = |j: usize| matches!(cfg.nodes[j].kind, NodeKind::Track(_));
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        match &node.kind {
+            NodeKind::Infer(c) => {
+                if *c.interval.get_ref() > 0 && !reached(&down, n, i).iter().enumerate().any(|(j, r)| *r && is_track(j)) {
+                    diags.push(
+                        cfg.diag(
+                            c.interval.span(),
+                            format!(
+                                "infer `{}`: interval = {} skips frames, but no `track` stage downstream predicts their boxes",
+                                node.name,
+                                c.interval.get_ref()
+                            ),
+                        )
+                        .with_help("add a `track` stage after the detection stage that reads this one, or remove `interval`"),
+                    );
+                }
+                if let Some(m) = &c.motion {
+                    let v = m.get_ref();
+                    let in_range = (0.0..=1.0).contains(&v.min_area) && v.alpha > 0.0 && v.alpha <= 1.0 && (8..=4096).contains(&v.width);
+                    if !in_range {
+                        diags.push(
+                            cfg.diag(
+                                m.span(),
+                                format!(
+                                    "infer `{}`: motion min_area {}, alpha {} and width {} out of range (min_area 0–1, alpha over 0 up to 1, width 8–4096)",
+                                    node.name, v.min_area, v.alpha, v.width
+                                ),
+                            )
+                            .with_help("e.g. motion = { threshold = 25, min_area = 0.002 }"),
+                        );
+                    }
+                }
+            }
+            NodeKind::Crop(c) if *c.once_per_track.get_ref() && !reached(&up, n, i).iter().enumerate().any(|(j, r)| *r && is_track(j)) => {
+                diags.push(
+                    cfg.diag(
+                        c.once_per_track.span(),
+                        format!("crop `{}`: once_per_track needs a `track` stage upstream (it gives each region its track id)", node.name),
+                    )
+                    .with_help("put a `track` stage between the detection stage and this crop, or remove `once_per_track`"),
+                );
+            }
+            _ => {}
+        }
     }
 }
 

@@ -334,6 +334,24 @@ impl Collector for Metrics {
                 })
             }),
         )?;
+        // What each infer stage's model did, per stream.
+        let work: Vec<(&NodeStats, crate::runtime::stats::WorkCounts)> =
+            w.nodes.iter().filter(|s| s.kind == "infer").map(|s| (s.as_ref(), s.work_counts())).collect();
+        family(
+            &mut enc,
+            "infer_stream_stage_frames",
+            "Frames of one stream in an infer stage, by what the model did (inferred: it ran; predicted: skipped by `interval`, \
+             the tracker predicts; carried: skipped, earlier results reused).",
+            None,
+            MetricType::Counter,
+            work.iter().flat_map(|(s, rows)| {
+                rows.iter().flat_map(move |(stream, c)| {
+                    crate::frame::WorkMode::ALL.into_iter().zip(*c).map(move |(mode, v)| {
+                        ([("pipeline", p), ("node", s.name.as_str()), ("stream", &**stream), ("mode", mode.name())], ConstCounter::new(v))
+                    })
+                })
+            }),
+        )?;
         // Ended streams beyond the most recent ones (a long `dir` batch), folded
         // per node so that the series stay few: these plus the per-stream series
         // add up to the node's counts.

@@ -445,3 +445,26 @@ fn line_crossings_zone_events_and_occupancy() {
         ],
     );
 }
+
+/// What an infer stage's model did, per stream and mode.
+#[test]
+fn infer_stages_count_frames_inferred_predicted_and_carried() {
+    let (m, nodes, _, _) = pipeline();
+    let cam: Arc<str> = "cam".into();
+    for mode in [
+        crate::frame::WorkMode::Inferred,
+        crate::frame::WorkMode::Predicted,
+        crate::frame::WorkMode::Predicted,
+        crate::frame::WorkMode::Carried,
+    ] {
+        nodes[1].worked(&cam, mode);
+    }
+    assert_lines(
+        &openmetrics(&m),
+        &[
+            r#"infer_stream_stage_frames_total{pipeline="p",node="det",stream="cam",mode="inferred"} 1"#,
+            r#"infer_stream_stage_frames_total{pipeline="p",node="det",stream="cam",mode="predicted"} 2"#,
+            r#"infer_stream_stage_frames_total{pipeline="p",node="det",stream="cam",mode="carried"} 1"#,
+        ],
+    );
+}

@@ -788,6 +788,11 @@ fn run_node(
                     }
                     match r {
                         Outcome::Done => {
+                            if st.kind == "infer"
+                                && let Some(mode) = frame.work_mode(&name)
+                            {
+                                st.worked(&frame.stream, mode);
+                            }
                             st.passed(&frame);
                             out.send(frame);
                         }

@@ -72,6 +72,20 @@ pub struct NodeReport {
     pub loops: u64,
     /// Sinks: frames not delivered while a server output was unreachable.
     pub undelivered: u64,
+    /// Infer stages: per stream, frames the model ran on and frames it skipped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub work: Vec<WorkReport>,
+}
+
+/// What an infer stage's model did with one stream's frames: ran
+/// (`inferred`), skipped for the tracker to predict (`interval`), skipped
+/// with earlier results carried forward (`motion`, `once_per_track`).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkReport {
+    pub stream: String,
+    pub inferred: u64,
+    pub predicted: u64,
+    pub carried: u64,
 }
 
 /// Everything a run reports.
@@ -222,6 +236,16 @@ impl RunReport {
                     longest_gap_ms: s.longest_gap_ms.load(Ordering::Relaxed),
                     loops: s.loops.load(Ordering::Relaxed),
                     undelivered: s.undelivered.load(Ordering::Relaxed),
+                    work: s
+                        .work_counts()
+                        .into_iter()
+                        .map(|(stream, [inferred, predicted, carried])| WorkReport {
+                            stream: stream.to_string(),
+                            inferred,
+                            predicted,
+                            carried,
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -343,6 +367,20 @@ impl RunReport {
             let frames: u64 = n.batch_sizes.iter().map(|(size, count)| *size as u64 * count).sum();
             let batches: u64 = n.batch_sizes.iter().map(|(_, c)| c).sum();
             let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
+        }
+        for n in &self.nodes {
+            for w in n.work.iter().filter(|w| w.predicted + w.carried > 0) {
+                let _ = writeln!(
+                    s,
+                    "{}: stream `{}`: model ran on {} of {} frames ({} predicted by the tracker, {} carried forward)",
+                    n.name,
+                    w.stream,
+                    w.inferred,
+                    w.inferred + w.predicted + w.carried,
+                    w.predicted,
+                    w.carried
+                );
+            }
         }
         for n in self.nodes.iter().filter(|n| n.role == "sink" && (n.stream_lost > 0 || n.undelivered > 0)) {
             let _ = writeln!(

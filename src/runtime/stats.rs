@@ -22,6 +22,9 @@ pub enum StreamEvent {
 /// Per-stream counts in one node: in, out, dropped, failed.
 pub type StreamCounts = Vec<(Arc<str>, [u64; 4])>;
 
+/// Per-stream counts in one infer stage: inferred, predicted, carried.
+pub type WorkCounts = Vec<(Arc<str>, [u64; 3])>;
+
 /// Ended streams still listed one by one (the most recent ones); older ended
 /// streams are folded into [`FoldedStreams`]. A `dir` batch makes one stream
 /// per file: without a bound, 100,000 files would mean 100,000 entries, and as
@@ -137,6 +140,9 @@ pub struct NodeStats {
     pub counts: Mutex<std::collections::BTreeMap<CountKey, u64>>,
     /// Stages: tracks that ended (`track_ended` events it raised).
     pub tracks_ended: AtomicU64,
+    /// Infer stages: frames per stream by what the model did (inferred,
+    /// predicted, carried: [`crate::frame::WorkMode`] order).
+    pub work: Mutex<HashMap<Arc<str>, [u64; 3]>>,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
     /// Source to this sink, µs (sinks only).
@@ -176,6 +182,7 @@ impl NodeStats {
             streams: Mutex::new(StreamTable::default()),
             counts: Mutex::new(Default::default()),
             tracks_ended: AtomicU64::new(0),
+            work: Mutex::new(HashMap::new()),
             service: Mutex::new(hist()),
             end_to_end: Mutex::new(hist()),
         }
@@ -279,6 +286,23 @@ impl NodeStats {
     /// The ended streams folded together (no longer in [`Self::stream_counts`]).
     pub fn folded_streams(&self) -> FoldedStreams {
         self.streams.lock().unwrap_or_else(|e| e.into_inner()).folded
+    }
+
+    /// An infer stage ran its model on a frame of `stream`, or skipped it.
+    /// Streams beyond [`Self::WORK_STREAMS`] (a long `dir` batch) are summed under `*`.
+    pub fn worked(&self, stream: &Arc<str>, mode: crate::frame::WorkMode) {
+        let mut w = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        let key = if w.len() >= Self::WORK_STREAMS && !w.contains_key(stream) { Arc::from("*") } else { stream.clone() };
+        w.entry(key).or_default()[mode as usize] += 1;
+    }
+
+    pub const WORK_STREAMS: usize = 1024;
+
+    /// Frames per stream by what the model did, in stream order.
+    pub fn work_counts(&self) -> WorkCounts {
+        let mut v: Vec<_> = self.work.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(s, c)| (s.clone(), *c)).collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// A batch of `n` frames was formed.

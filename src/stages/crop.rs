@@ -89,6 +89,9 @@ fn bilinear(img: &[u8], w: usize, h: usize, x: f64, y: f64, out: &mut [f32; 3]) 
     }
 }
 
+/// When a track's region was last cropped: frame, seconds, at the picture's edge.
+type LastCrop = (u64, Option<f64>, bool);
+
 pub struct Crop {
     name: Arc<str>,
     cfg: CropConfig,
@@ -98,6 +101,9 @@ pub struct Crop {
     host: crate::frame::Pool<u8>,
     full: Vec<u8>,
     pool: Pool<f32>,
+    /// `once_per_track`: when each track's region was last cropped (frame,
+    /// seconds), and whether it touched the picture's edge then.
+    cropped: std::collections::HashMap<(Arc<str>, u64), LastCrop>,
 }
 
 impl Crop {
@@ -110,7 +116,68 @@ impl Crop {
             host: Pool::new(2),
             full: Vec::new(),
             pool: Pool::new(pool_size),
+            cropped: Default::default(),
         }
+    }
+
+    /// `once_per_track`: split `regions` into those to crop (with their track
+    /// ids) and those whose track's result is reused; regions of tracks not
+    /// yet confirmed wait for their id; a region cut off by the picture's
+    /// edge when it was cropped is cropped again once it is wholly inside
+    /// (an object driving in is read when all of it is seen). Returns (to crop, their ids, reused,
+    /// ended track ids).
+    #[allow(clippy::type_complexity)]
+    fn per_track(&mut self, frame: &Frame, regions: Vec<TextBox>) -> (Vec<TextBox>, Vec<Option<u64>>, Vec<(u64, TextBox)>, Vec<u64>) {
+        let tracks = frame.results.iter().rev().find_map(|a| match &*a.payload {
+            Payload::Tracks(t) => Some(t),
+            _ => None,
+        });
+        let Some(tracks) = tracks else { return (Vec::new(), Vec::new(), Vec::new(), Vec::new()) };
+        let ended: Vec<u64> = tracks.ended.iter().map(|e| e.track_id).collect();
+        for id in &ended {
+            self.cropped.remove(&(frame.stream.clone(), *id));
+        }
+        if self.cropped.len() >= 65_536 {
+            self.cropped.clear();
+        }
+        let (mut crop, mut ids, mut reused) = (Vec::new(), Vec::new(), Vec::new());
+        if frame.predicted() {
+            // No detections this frame (`interval`): the tracks' predicted boxes, results reused.
+            for t in tracks.tracks.iter().filter(|t| t.state != crate::track::TrackState::Lost) {
+                if let Some(id) = t.track_id
+                    && self.cropped.contains_key(&(frame.stream.clone(), id))
+                {
+                    let [x0, y0, x1, y1] = t.smoothed;
+                    reused.push((id, TextBox { bbox: t.smoothed, quad: [[x0, y0], [x1, y0], [x1, y1], [x0, y1]], score: t.score }));
+                }
+            }
+            return (crop, ids, reused, ended);
+        }
+        let (seq_now, secs_now) = (frame.seq, frame.pts_seconds());
+        let (every, every_s) = (self.cfg.refresh_frames, self.cfg.refresh_ms as f64 / 1e3);
+        let (w, h) = frame.image.as_ref().map_or((f32::MAX, f32::MAX), |i| (i.width as f32, i.height as f32));
+        for r in regions {
+            let Some(id) = tracks.tracks.iter().find(|t| t.bbox == Some(r.bbox)).and_then(|t| t.track_id) else { continue };
+            let key = (frame.stream.clone(), id);
+            let [x0, y0, x1, y1] = r.bbox;
+            let at_edge = x0 <= 2.0 || y0 <= 2.0 || x1 >= w - 2.0 || y1 >= h - 2.0;
+            let due = match self.cropped.get(&key) {
+                None => true,
+                Some(&(seq, secs, was_at_edge)) => {
+                    (was_at_edge && !at_edge)
+                        || (every > 0 && seq_now.saturating_sub(seq) >= every)
+                        || (every_s > 0.0 && matches!((secs_now, secs), (Some(a), Some(b)) if a - b >= every_s))
+                }
+            };
+            if due {
+                self.cropped.insert(key, (seq_now, secs_now, at_edge));
+                crop.push(r);
+                ids.push(Some(id));
+            } else {
+                reused.push((id, r));
+            }
+        }
+        (crop, ids, reused, ended)
     }
 
     /// Crop, rectify and normalise `regions` out of a packed image into one batch.
@@ -178,6 +245,12 @@ impl Stage for Crop {
                 }
             }
         }
+        let (regions, track_ids, reused, ended) = if *self.cfg.once_per_track.get_ref() {
+            self.per_track(frame, regions)
+        } else {
+            let n = regions.len();
+            (regions, vec![None; n], Vec::new(), Vec::new())
+        };
         let img = frame.image.clone().ok_or_else(|| StageError::Frame("frame has no image".into()))?;
         let fmt = match self.cfg.color {
             ChannelOrder::Rgb => Pixel::RGB24,
@@ -197,7 +270,7 @@ impl Stage for Crop {
             self.full = full;
             (shape, data)
         };
-        frame.attach(&self.name, Payload::Crops(CropBatch { tensor: Tensor { shape, data }, regions }));
+        frame.attach(&self.name, Payload::Crops(CropBatch { tensor: Tensor { shape, data }, regions, track_ids, reused, ended }));
         Ok(())
     }
 }

@@ -7,7 +7,8 @@ use ort::value::TensorRef;
 
 use crate::backend::ort::{BindMemory, Bindings, IoInfo, ModelSession, OrtRuntime, SessionOptions, Src, open_session, stack_on_host};
 use crate::config::{Diagnostic, InferConfig, IoBindingMode, PipelineConfig, ProviderName};
-use crate::frame::{Frame, ModelOutputs, Payload, Pool, Tensor};
+use crate::frame::{Attached, Frame, ModelOutputs, Payload, Pool, Tensor, WorkMode};
+use crate::gating::Gate;
 use crate::stages::{Stage, StageError};
 
 pub struct Infer {
@@ -23,6 +24,10 @@ pub struct Infer {
     stacked: Vec<f32>,
     /// IoBinding (input and outputs bound once per input shape), when on.
     bound: Option<Bindings>,
+    /// `interval` / `motion` decided here (when no preprocess of its own decides for it).
+    gate: Option<Gate>,
+    /// `motion`: each stream's latest outputs, carried to frames that did not move.
+    last: Option<std::collections::HashMap<Arc<str>, Arc<Payload>>>,
 }
 
 /// Where the stage binds its model's input and outputs, if it does
@@ -160,6 +165,8 @@ impl Infer {
             batch,
             stacked: Vec::new(),
             bound,
+            gate: None,
+            last: c.motion.is_some().then(Default::default),
         };
         if c.warmup
             && let Some(shape) = warm_shape
@@ -172,6 +179,54 @@ impl Infer {
             tracing::info!("stage `{}`: warm-up {:.0} ms", stage.name, t0.elapsed().as_secs_f64() * 1e3);
         }
         Ok(stage)
+    }
+
+    /// Decide here which frames run (`interval`, `motion`): the preprocess
+    /// before does not decide for this stage.
+    pub fn set_gate(&mut self, gate: Gate) {
+        self.gate = Some(gate);
+    }
+
+    /// Whether this frame skips the model, and how: the stage's own gate, or
+    /// the marker its preprocess left.
+    fn skip_mode(&mut self, frame: &Frame) -> Option<WorkMode> {
+        if let Some(g) = &mut self.gate {
+            return Some(g.decide(&frame.stream, frame.image.as_deref())).filter(|m| *m != WorkMode::Inferred);
+        }
+        frame
+            .results
+            .iter()
+            .rev()
+            .find_map(|a| match &*a.payload {
+                Payload::Gated(m) => Some(Some(*m)),
+                Payload::Input(_) | Payload::Crops(_) => Some(None),
+                _ => None,
+            })
+            .flatten()
+    }
+
+    /// A skipped frame gets the marker, and (`carried`) the stream's latest outputs.
+    fn skip(&mut self, frame: &mut Frame, mode: WorkMode) {
+        let last = self.last.as_ref().and_then(|l| l.get(&frame.stream)).cloned();
+        match (mode, last) {
+            (WorkMode::Carried, Some(p)) => {
+                frame.attach(&self.name, Payload::NotInferred(WorkMode::Carried));
+                frame.results.push(Attached { node: self.name.clone(), payload: p });
+            }
+            // Nothing to carry yet: the boxes are the tracker's to predict.
+            _ => frame.attach(&self.name, Payload::NotInferred(WorkMode::Predicted)),
+        }
+    }
+
+    fn attach_outputs(&mut self, frame: &mut Frame, outputs: ModelOutputs) {
+        let p = Arc::new(Payload::Outputs(outputs));
+        if let Some(last) = &mut self.last {
+            if last.len() >= 4096 && !last.contains_key(&frame.stream) {
+                last.clear();
+            }
+            last.insert(frame.stream.clone(), p.clone());
+        }
+        frame.results.push(Attached { node: self.name.clone(), payload: p });
     }
 
     pub fn inputs(&self) -> &[IoInfo] {
@@ -275,7 +330,7 @@ impl Infer {
                 s[0] = 1;
                 mine.push((name.clone(), Tensor { shape: s, data: buf }));
             }
-            frames[i].attach(&self.name, Payload::Outputs(ModelOutputs { outputs: mine, letterbox: Some(tensors[k].letterbox) }));
+            self.attach_outputs(&mut frames[i], ModelOutputs { outputs: mine, letterbox: Some(tensors[k].letterbox) });
         }
         Ok(())
     }
@@ -295,7 +350,9 @@ impl Stage for Infer {
                 _ => None,
             })
         };
-        let shapes: Vec<Option<Vec<usize>>> = frames.iter().map(|f| stackable(f).flatten()).collect();
+        let skips: Vec<Option<WorkMode>> = frames.iter().map(|f| self.skip_mode(f)).collect();
+        let shapes: Vec<Option<Vec<usize>>> =
+            frames.iter().zip(&skips).map(|(f, s)| if s.is_some() { None } else { stackable(f).flatten() }).collect();
         let mut results: Vec<Option<Result<(), StageError>>> = (0..frames.len()).map(|_| None).collect();
         let mut done = vec![false; frames.len()];
         for i in 0..frames.len() {
@@ -315,7 +372,7 @@ impl Stage for Infer {
         }
         for (i, f) in frames.iter_mut().enumerate() {
             if results[i].is_none() {
-                results[i] = Some(self.process(f));
+                results[i] = Some(self.process_one(f, skips[i]));
             }
         }
         results.into_iter().map(|r| r.expect("every frame handled")).collect()
@@ -344,6 +401,18 @@ impl Stage for Infer {
     }
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        let skip = self.skip_mode(frame);
+        self.process_one(frame, skip)
+    }
+}
+
+impl Infer {
+    /// One frame, its skip already decided.
+    fn process_one(&mut self, frame: &mut Frame, skip: Option<WorkMode>) -> Result<(), StageError> {
+        if let Some(mode) = skip {
+            self.skip(frame, mode);
+            return Ok(());
+        }
         // Hold the input by `Arc` (other branches may share it) while the frame gets the outputs.
         let payload = frame
             .results
@@ -357,6 +426,13 @@ impl Stage for Infer {
             Payload::Crops(c) => (&c.tensor, None),
             _ => unreachable!("matched above"),
         };
+        if let Payload::Crops(c) = &*payload
+            && c.regions.is_empty()
+            && !c.reused.is_empty()
+        {
+            // `once_per_track`: every region's track has its result already.
+            frame.attach(&self.name, Payload::NotInferred(WorkMode::Carried));
+        }
         let outputs = match &*payload {
             // A frame without regions has nothing to run on.
             _ if tensor.shape.first() == Some(&0) => Ok(Vec::new()),
@@ -364,7 +440,7 @@ impl Stage for Infer {
             _ => self.run_plain(&tensor.shape, &tensor.data),
         }
         .map_err(StageError::Frame)?;
-        frame.attach(&self.name, Payload::Outputs(ModelOutputs { outputs, letterbox }));
+        self.attach_outputs(frame, ModelOutputs { outputs, letterbox });
         Ok(())
     }
 }

@@ -246,6 +246,16 @@ fn labels_for(
     Ok(upstream_metadata(cfg, graph, i, "names", rt)?.and_then(|(_, n)| n).map(|n| postprocess::yolo::parse_names(&n)).unwrap_or_default())
 }
 
+/// The preprocess that decides for gated infer node `i` (`interval`,
+/// `motion`) which frames to skip, so that skipped frames are not
+/// preprocessed: its one producer, a preprocess feeding nothing else.
+fn gate_in_preprocess(cfg: &PipelineConfig, graph: &Graph, i: usize) -> Option<usize> {
+    match (&cfg.nodes[i].kind, &graph.producers[i][..]) {
+        (NodeKind::Infer(_), &[p]) if matches!(cfg.nodes[p].kind, NodeKind::Preprocess(_)) && graph.consumers[p] == [i] => Some(p),
+        _ => None,
+    }
+}
+
 /// Models' declared inputs and outputs, per infer node.
 pub type ModelIo = HashMap<String, (Vec<IoInfo>, Vec<IoInfo>)>;
 
@@ -306,6 +316,13 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                                 if ic.providers.get_ref().first().is_some_and(|p| p.name != crate::config::ProviderName::Cpu))
                         });
                     p.keep_on_device(gpu_consumers);
+                    if let [c] = graph.consumers[i][..]
+                        && gate_in_preprocess(cfg, graph, c) == Some(i)
+                        && let NodeKind::Infer(ic) = &cfg.nodes[c].kind
+                        && let Some(g) = crate::gating::Gate::of(ic)
+                    {
+                        p.set_gate(g);
+                    }
                     Body::Stage(Box::new(p)) as Body
                 })
                 .map_err(|e| {
@@ -317,8 +334,13 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 Some(rt) => {
                     let warm = graph.preprocess_shape(cfg, i);
                     let whole_frames = graph.producers[i].iter().all(|&p| matches!(cfg.nodes[p].kind, NodeKind::Preprocess(_)));
-                    infer::Infer::build(cfg, name, c, rt, warm, whole_frames, pool_size).map(|s| {
+                    infer::Infer::build(cfg, name, c, rt, warm, whole_frames, pool_size).map(|mut s| {
                         models.insert(node.name.clone(), (s.inputs().to_vec(), s.outputs().to_vec()));
+                        if gate_in_preprocess(cfg, graph, i).is_none()
+                            && let Some(g) = crate::gating::Gate::of(c)
+                        {
+                            s.set_gate(g);
+                        }
                         Body::Stage(Box::new(s))
                     })
                 }

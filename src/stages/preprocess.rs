@@ -116,6 +116,9 @@ pub struct Preprocess {
     /// Leave GPU-made tensors on the device (every consumer runs on a GPU provider).
     #[cfg(feature = "cuda")]
     keep_on_device: bool,
+    /// The gate of the infer stage this preprocess alone feeds (`interval`,
+    /// `motion`): frames it skips get no tensor, only a marker.
+    gate: Option<crate::gating::Gate>,
 }
 
 impl Preprocess {
@@ -146,7 +149,14 @@ impl Preprocess {
             host_images: Pool::new(pool_size),
             #[cfg(feature = "cuda")]
             keep_on_device: false,
+            gate: None,
         })
+    }
+
+    /// Decide for the infer stage after (which this preprocess alone feeds)
+    /// which frames it skips: those are not preprocessed.
+    pub fn set_gate(&mut self, gate: crate::gating::Gate) {
+        self.gate = Some(gate);
     }
 
     /// Leave tensors made by the kernel in device memory (when every consumer
@@ -239,6 +249,13 @@ impl Stage for Preprocess {
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
         let img = frame.image.clone().ok_or_else(|| StageError::Frame("frame has no image".into()))?;
+        if let Some(gate) = &mut self.gate {
+            let mode = gate.decide(&frame.stream, Some(&img));
+            if mode != crate::frame::WorkMode::Inferred {
+                frame.attach(&self.name, Payload::Gated(mode));
+                return Ok(());
+            }
+        }
         #[cfg(feature = "cuda")]
         {
             let on_device = img.host().is_none();

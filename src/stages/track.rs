@@ -59,7 +59,9 @@ impl Stage for Track {
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
         let (dets, labels) = boxes(frame);
         let tracker = self.streams.entry(frame.stream.clone()).or_insert_with(|| ByteTracker::new(self.params.clone()));
-        let u = tracker.update(&dets, frame.seq);
+        // A frame the detector skipped (`interval`): the boxes are predicted.
+        let predicted = frame.predicted();
+        let u = if predicted { tracker.predict(frame.seq) } else { tracker.update(&dets, frame.seq) };
         let label_of_class = |class: u32| labels.iter().zip(&dets).find(|(_, d)| d.class == class).and_then(|(l, _)| l.clone());
         let tracks: Vec<TrackedObject> = u
             .tracks
@@ -74,6 +76,7 @@ impl Stage for Track {
                 score: t.score,
                 age: t.age,
                 hits: t.hits,
+                predicted,
             })
             .collect();
         let pts_ms = frame.pts_seconds().map(|s| s * 1e3);

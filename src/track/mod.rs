@@ -138,6 +138,25 @@ struct Track {
     hits: u64,
     /// Detection index matched in the current frame.
     det: Option<usize>,
+    /// The last two detected boxes with their frames (newest first), for
+    /// extrapolating boxes on frames the detector skipped.
+    seen: [Option<(u64, [f32; 4])>; 2],
+}
+
+impl Track {
+    /// The box at `frame` on a frame without detections: the last two
+    /// detections extrapolated at constant velocity (corners move linearly,
+    /// so an object sliding into the picture grows as it does), or the
+    /// motion model's box when there is one detection only.
+    fn extrapolated(&self, frame: u64) -> [f32; 4] {
+        match self.seen {
+            [Some((f1, b1)), Some((f0, b0))] if f1 > f0 && frame >= f1 => {
+                let k = (frame - f1) as f32 / (f1 - f0) as f32;
+                std::array::from_fn(|i| b1[i] + (b1[i] - b0[i]) * k)
+            }
+            _ => self.kf.xyxy(),
+        }
+    }
 }
 
 /// One stream's tracks.
@@ -201,6 +220,7 @@ impl ByteTracker {
         t.end_frame = self.frame;
         t.last_seq = self.seq;
         t.det = Some(d.0);
+        t.seen = [Some((self.frame, d.1.bbox)), t.seen[0]];
         self.maybe_confirm(t);
     }
 
@@ -209,6 +229,49 @@ impl ByteTracker {
             t.id = Some(self.next_id);
             self.next_id += 1;
         }
+    }
+
+    /// Frame `seq` was not looked at (the detector skipped it): every track
+    /// moves by its motion model and keeps its state; no track starts, none
+    /// is matched. Lost tracks past the buffer end, as in [`Self::update`].
+    /// The boxes reported are the last two detections extrapolated (the
+    /// Kalman filter, updated on one frame in several, lags behind an object
+    /// that grows as it slides into the picture); the filter still predicts
+    /// for the next association.
+    pub fn predict(&mut self, seq: u64) -> Update {
+        self.frame += 1;
+        self.seq = seq;
+        let frame = self.frame;
+        for t in &mut self.lost {
+            t.kf.mean[7] = 0.0;
+        }
+        for t in self.tracked.iter_mut().chain(&mut self.lost) {
+            t.kf.predict();
+            t.det = None;
+        }
+        let max_lost = self.params.max_time_lost();
+        let mut ended = Vec::new();
+        self.lost.retain(|t| {
+            let keep = frame - t.end_frame <= max_lost;
+            if !keep && let Some(id) = t.id {
+                ended.push(EndedTrack { track_id: id, class: t.class, first_seq: t.first_seq, last_seq: t.last_seq, hits: t.hits });
+            }
+            keep
+        });
+        let report = |t: &Track, state: TrackState| TrackedBox {
+            track_id: t.id,
+            state,
+            class: t.class,
+            detection: None,
+            smoothed: if state == TrackState::Lost { t.kf.xyxy() } else { t.extrapolated(frame) },
+            score: t.score,
+            age: frame - t.start_frame + 1,
+            hits: t.hits,
+        };
+        let mut tracks: Vec<TrackedBox> =
+            self.tracked.iter().map(|t| report(t, if t.id.is_some() { TrackState::Confirmed } else { TrackState::Tentative })).collect();
+        tracks.extend(self.lost.iter().filter(|t| t.id.is_some()).map(|t| report(t, TrackState::Lost)));
+        Update { tracks, ended }
     }
 
     /// Take the detections of frame `seq` (the caller's numbering, reported
@@ -296,6 +359,7 @@ impl ByteTracker {
                 last_seq: seq,
                 hits: 1,
                 det: Some(di),
+                seen: [Some((self.frame, d.bbox)), None],
             };
             self.maybe_confirm(&mut t);
             born.push(t);
@@ -398,6 +462,26 @@ mod tests {
             }
         }
         assert_eq!(walker_of.len(), 2, "{walker_of:?}");
+    }
+
+    /// Frames the detector skipped: the tracks move on at their velocity,
+    /// keep their ids and state, and the next detection matches them.
+    #[test]
+    fn predicted_frames_move_tracks_and_keep_their_ids() {
+        let mut tr = ByteTracker::new(Params::default());
+        for f in 0..6 {
+            tr.update(&[det(100.0 + 6.0 * f as f32, 50.0, 0.9)], f);
+        }
+        let mut x = 0.0;
+        for f in 6..8 {
+            let u = tr.predict(f);
+            assert_eq!((u.tracks.len(), u.tracks[0].state, u.tracks[0].track_id), (1, TrackState::Confirmed, Some(1)));
+            assert_eq!(u.tracks[0].detection, None);
+            x = u.tracks[0].smoothed[0];
+        }
+        assert!((x - (100.0 + 6.0 * 7.0)).abs() < 3.0, "predicted at x {x}, moving 6 px a frame");
+        let u = tr.update(&[det(148.0, 50.0, 0.9)], 8);
+        assert_eq!(ids(&u), vec![Some(1)]);
     }
 
     /// A missed stretch shorter than the buffer: the same id comes back.

@@ -58,6 +58,10 @@ impl Stage for Classification {
     }
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        // Not inferred (`interval`): no outputs to read; the tracker downstream predicts.
+        if frame.predicted() {
+            return Ok(());
+        }
         let regions: Option<Vec<[f32; 4]>> = frame.crops().map(|c| c.regions.iter().map(|r| r.bbox).collect());
         let out =
             frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into()))?;

@@ -63,11 +63,13 @@ pub struct TextRecognition {
     name: Arc<str>,
     cfg: TextRecognitionConfig,
     charset: Charset,
+    /// `once_per_track` crops upstream: each track's latest text, per stream.
+    by_track: std::collections::HashMap<(Arc<str>, u64), (String, f32)>,
 }
 
 impl TextRecognition {
     pub fn new(name: Arc<str>, cfg: TextRecognitionConfig, charset: Charset) -> Self {
-        TextRecognition { name, cfg, charset }
+        TextRecognition { name, cfg, charset, by_track: Default::default() }
     }
 }
 
@@ -99,10 +101,30 @@ impl Stage for TextRecognition {
             }
             for (i, r) in regions.iter().enumerate() {
                 let (text, score) = decode(&t.data[i * steps * classes..(i + 1) * steps * classes], steps, classes, &self.charset);
+                let track_id = crops.track_ids.get(i).copied().flatten();
+                if let Some(id) = track_id {
+                    if self.by_track.len() >= 65_536 {
+                        // Tracks of streams that ended without ending their tracks: start afresh.
+                        self.by_track.clear();
+                    }
+                    self.by_track.insert((frame.stream.clone(), id), (text.clone(), score));
+                }
                 if !text.is_empty() && score >= self.cfg.min_score {
-                    lines.push(TextLine { text, score, bbox: r.bbox, quad: r.quad });
+                    lines.push(TextLine { text, score, bbox: r.bbox, quad: r.quad, track_id, reused: false });
                 }
             }
+        }
+        // Regions whose track was recognised before: its text, at this frame's box.
+        for (id, r) in &crops.reused {
+            if let Some((text, score)) = self.by_track.get(&(frame.stream.clone(), *id))
+                && !text.is_empty()
+                && *score >= self.cfg.min_score
+            {
+                lines.push(TextLine { text: text.clone(), score: *score, bbox: r.bbox, quad: r.quad, track_id: Some(*id), reused: true });
+            }
+        }
+        for id in &crops.ended {
+            self.by_track.remove(&(frame.stream.clone(), *id));
         }
         frame.attach(&self.name, Payload::Texts(lines));
         Ok(())

@@ -140,6 +140,10 @@ impl Stage for TextDetection {
     }
 
     fn process(&mut self, frame: &mut Frame) -> Result<(), StageError> {
+        // Not inferred (`interval`): no outputs to read; the tracker downstream predicts.
+        if frame.predicted() {
+            return Ok(());
+        }
         let out =
             frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into()))?;
         let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());

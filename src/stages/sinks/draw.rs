@@ -356,6 +356,7 @@ mod tests {
                 score: 0.9,
                 age: 1,
                 hits: 1,
+                predicted: false,
             })
             .collect();
         f.attach(&"trk".into(), Payload::Tracks(Tracks { tracks, ended: Vec::new() }));

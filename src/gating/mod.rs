@@ -1,0 +1,248 @@
+//! Doing less inference: which frames an `infer` stage runs its model on.
+//!
+//! Owns the per-stream decision ([`Gate`]): `interval` (one frame in N + 1;
+//! a tracker downstream predicts the rest) and `motion` (a cheap change
+//! detector, [`MotionDetector`]; a still picture keeps the previous results).
+//! The preprocess before a gated infer stage asks the gate so that skipped
+//! frames are not preprocessed either; the stages after honour the marker a
+//! skipped frame carries (see [`crate::frame::WorkMode`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::{InferConfig, MotionConfig};
+use crate::frame::{Image, PixelFormat, WorkMode};
+
+/// Per-stream decision for one gated infer stage.
+pub struct Gate {
+    interval: u32,
+    motion: Option<MotionConfig>,
+    streams: HashMap<Arc<str>, StreamGate>,
+}
+
+#[derive(Default)]
+struct StreamGate {
+    /// Frames since the model last ran on this stream.
+    since_run: u32,
+    /// Frames seen.
+    frames: u64,
+    motion: Option<MotionDetector>,
+}
+
+impl Gate {
+    /// The gate an infer stage's config asks for (`None`: every frame runs).
+    pub fn of(c: &InferConfig) -> Option<Gate> {
+        let interval = *c.interval.get_ref();
+        let motion = c.motion.as_ref().map(|m| *m.get_ref());
+        (interval > 0 || motion.is_some()).then(|| Gate { interval, motion, streams: HashMap::new() })
+    }
+
+    /// What to do with this frame of `stream`: the model runs on a stream's
+    /// first frame, then (`motion`) only when something moved, and
+    /// (`interval`) on one frame in `interval + 1`.
+    pub fn decide(&mut self, stream: &Arc<str>, image: Option<&Image>) -> WorkMode {
+        if self.streams.len() >= 4096 && !self.streams.contains_key(stream) {
+            // A `dir` batch makes one stream per file: forget the old ones.
+            self.streams.clear();
+        }
+        let s = self.streams.entry(stream.clone()).or_default();
+        s.frames += 1;
+        let first = s.frames == 1;
+        if let (Some(m), Some(img)) = (&self.motion, image) {
+            let det = s.motion.get_or_insert_with(|| MotionDetector::new(*m));
+            let moved = det.moved(img);
+            if !first && moved == Some(false) {
+                s.since_run += 1;
+                return WorkMode::Carried;
+            }
+        }
+        if first || s.since_run >= self.interval {
+            s.since_run = 0;
+            WorkMode::Inferred
+        } else {
+            s.since_run += 1;
+            WorkMode::Predicted
+        }
+    }
+}
+
+/// Frigate-style change detection on a small grey copy of the picture:
+/// downscaled, blurred, compared with a running background; motion when the
+/// share of pixels that differ by more than `threshold` reaches `min_area`.
+pub struct MotionDetector {
+    cfg: MotionConfig,
+    grey: Vec<u8>,
+    blurred: Vec<u8>,
+    background: Vec<f32>,
+    size: (usize, usize),
+    /// Changed share of the last frame (for logs and tests).
+    pub last_area: f32,
+}
+
+impl MotionDetector {
+    pub fn new(cfg: MotionConfig) -> Self {
+        MotionDetector { cfg, grey: Vec::new(), blurred: Vec::new(), background: Vec::new(), size: (0, 0), last_area: 0.0 }
+    }
+
+    /// Whether `img` moved against the background (`None`: the first frame,
+    /// a new size, or a picture this detector cannot read: treat as moved).
+    pub fn moved(&mut self, img: &Image) -> Option<bool> {
+        let w = (self.cfg.width as usize).clamp(8, img.width.max(8) as usize);
+        let h = ((img.height as usize * w) / img.width.max(1) as usize).max(2);
+        if !small_grey(img, w, h, &mut self.grey) {
+            return None;
+        }
+        blur3(&self.grey, w, h, &mut self.blurred);
+        if self.size != (w, h) || self.background.len() != w * h {
+            self.size = (w, h);
+            self.background = self.blurred.iter().map(|&v| v as f32).collect();
+            return None;
+        }
+        let t = self.cfg.threshold as f32;
+        let a = self.cfg.alpha.clamp(0.0, 1.0);
+        let mut changed = 0usize;
+        for (bg, &v) in self.background.iter_mut().zip(&self.blurred) {
+            let v = v as f32;
+            if (v - *bg).abs() > t {
+                changed += 1;
+            }
+            *bg += a * (v - *bg);
+        }
+        self.last_area = changed as f32 / (w * h) as f32;
+        Some(self.last_area >= self.cfg.min_area)
+    }
+}
+
+/// Grey levels of `img` sampled down to `w` x `h` (each output pixel the
+/// mean of four samples in its cell): luma planes are read as they are,
+/// packed RGB/BGR weighted. `false` for a format or storage it cannot read.
+fn small_grey(img: &Image, w: usize, h: usize, out: &mut Vec<u8>) -> bool {
+    let Some(buf) = img.host() else { return false };
+    let (iw, ih) = (img.width as usize, img.height as usize);
+    let stride = img.strides[0].max(0) as usize;
+    let base = img.offsets[0];
+    // Bytes per sample and how to read one grey value at (x, y).
+    let read: Box<dyn Fn(usize, usize) -> u32> = match img.format {
+        PixelFormat::YUV420P
+        | PixelFormat::YUVJ420P
+        | PixelFormat::YUV422P
+        | PixelFormat::YUVJ422P
+        | PixelFormat::YUV444P
+        | PixelFormat::YUVJ444P
+        | PixelFormat::NV12
+        | PixelFormat::NV21
+        | PixelFormat::GRAY8 => Box::new(move |x, y| buf[base + y * stride + x] as u32),
+        // Little-endian 16-bit luma: the high byte.
+        PixelFormat::P010LE | PixelFormat::YUV420P10LE => Box::new(move |x, y| buf[base + y * stride + 2 * x + 1] as u32),
+        PixelFormat::RGB24 | PixelFormat::BGR24 => Box::new(move |x, y| {
+            let p = base + y * stride + 3 * x;
+            (buf[p] as u32 + 2 * buf[p + 1] as u32 + buf[p + 2] as u32) / 4
+        }),
+        _ => return false,
+    };
+    let needed = base + ih.saturating_sub(1) * stride + 1;
+    if iw == 0 || ih == 0 || buf.len() < needed {
+        return false;
+    }
+    out.resize(w * h, 0);
+    for oy in 0..h {
+        let (y0, y1) = ((oy * 4 + 1) * ih / (4 * h), ((oy * 4 + 3) * ih / (4 * h)).min(ih - 1));
+        for ox in 0..w {
+            let (x0, x1) = ((ox * 4 + 1) * iw / (4 * w), ((ox * 4 + 3) * iw / (4 * w)).min(iw - 1));
+            out[oy * w + ox] = ((read(x0, y0) + read(x1, y0) + read(x0, y1) + read(x1, y1)) / 4) as u8;
+        }
+    }
+    true
+}
+
+/// A 3 x 3 box blur (edges clamped): compression noise is not motion.
+fn blur3(src: &[u8], w: usize, h: usize, out: &mut Vec<u8>) {
+    out.resize(w * h, 0);
+    for y in 0..h {
+        let (ya, yb) = (y.saturating_sub(1), (y + 1).min(h - 1));
+        for x in 0..w {
+            let (xa, xb) = (x.saturating_sub(1), (x + 1).min(w - 1));
+            let mut sum = 0u32;
+            for yy in [ya, y, yb] {
+                for xx in [xa, x, xb] {
+                    sum += src[yy * w + xx] as u32;
+                }
+            }
+            out[y * w + x] = (sum / 9) as u8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::Pool;
+
+    fn cfg() -> MotionConfig {
+        MotionConfig { threshold: 25, min_area: 0.002, width: 160, alpha: 0.1 }
+    }
+
+    /// A grey 320 x 180 picture with a white square at `x` (none when `None`).
+    fn picture(pool: &Pool<u8>, x: Option<usize>) -> Image {
+        let (w, h) = (320usize, 180usize);
+        let mut buf = pool.get(w * h * 3);
+        buf.fill(80);
+        if let Some(x0) = x {
+            for y in 60..100 {
+                for x in x0..x0 + 40 {
+                    buf[(y * w + x) * 3..(y * w + x) * 3 + 3].copy_from_slice(&[250, 250, 250]);
+                }
+            }
+        }
+        Image::rgb24(w as u32, h as u32, buf)
+    }
+
+    /// A still picture is not motion; a square moving across it is; once it
+    /// stops, the background takes it in and motion stops.
+    #[test]
+    fn still_pictures_are_not_motion_and_moving_squares_are() {
+        let pool = Pool::new(4);
+        let mut d = MotionDetector::new(cfg());
+        assert_eq!(d.moved(&picture(&pool, None)), None, "first frame: no background yet");
+        for _ in 0..5 {
+            assert_eq!(d.moved(&picture(&pool, None)), Some(false));
+        }
+        for f in 0..5 {
+            assert_eq!(d.moved(&picture(&pool, Some(20 + 30 * f))), Some(true), "frame {f}: {}", d.last_area);
+        }
+        let mut still = 0;
+        for _ in 0..60 {
+            if d.moved(&picture(&pool, Some(140))) == Some(false) {
+                still += 1;
+            }
+        }
+        assert!(still > 40, "a stopped square becomes background ({still} still frames of 60)");
+    }
+
+    fn infer_cfg(extra: &str) -> InferConfig {
+        toml::from_str(&format!("model = \"m.onnx\"\n{extra}")).unwrap()
+    }
+
+    /// `interval = 2`: the first frame, then one in three, per stream.
+    #[test]
+    fn interval_runs_one_frame_in_n_plus_one_per_stream() {
+        let mut g = Gate::of(&infer_cfg("interval = 2")).unwrap();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let modes: Vec<WorkMode> = (0..7).map(|_| g.decide(&a, None)).collect();
+        use WorkMode::*;
+        assert_eq!(modes, [Inferred, Predicted, Predicted, Inferred, Predicted, Predicted, Inferred]);
+        assert_eq!(g.decide(&b, None), Inferred, "another stream starts with a run");
+        assert!(Gate::of(&infer_cfg("")).is_none());
+    }
+
+    /// `motion`: still frames are carried; moving ones run.
+    #[test]
+    fn motion_carries_still_frames() {
+        let mut g = Gate::of(&infer_cfg("motion = { threshold = 25, min_area = 0.002 }")).unwrap();
+        let pool = Pool::new(4);
+        let s: Arc<str> = "s".into();
+        assert_eq!(g.decide(&s, Some(&picture(&pool, None))), WorkMode::Inferred);
+        assert_eq!(g.decide(&s, Some(&picture(&pool, None))), WorkMode::Carried);
+        assert_eq!(g.decide(&s, Some(&picture(&pool, Some(100)))), WorkMode::Inferred);
+    }
+}
