@@ -16,6 +16,7 @@
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;
+pub mod capacity;
 pub mod config;
 pub mod doctor;
 pub mod frame;
