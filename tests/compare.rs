@@ -130,9 +130,9 @@ fn capacity_json_matches_its_schema() {
     validate_schema("capacity-schema.json", &v);
     assert_eq!(v["schema"], "infer-stream.capacity/1");
     let steps = v["steps"].as_array().unwrap();
-    // Doubling from 1 up to --max-streams: 1, then 2.
+    // Doubling from 1 up to --max-streams (1, then 2), then the answer once more.
     let counts: Vec<u64> = steps.iter().map(|s| s["streams"].as_u64().unwrap()).collect();
-    assert_eq!(counts, [1, 2], "{v:#}");
+    assert_eq!(counts, [1, 2, 2], "{v:#}");
     for s in steps {
         assert_eq!(s["sources"], s["streams"]);
         let f = &s["frames"];

@@ -35,7 +35,16 @@ fn render<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &CapacityReport)
     let n_max = steps.last().map_or(1, |s| s.streams) as f64 + 0.5;
     let lat_max = steps.iter().map(|s| s.measured.latency_ms.p99).fold(r.latency_budget_ms, f64::max) * 1.15;
     let mut c = ChartBuilder::on(&top)
-        .caption(format!("{}: {}", r.pipeline, r.answer), ("sans-serif", 18))
+        .caption(
+            format!(
+                "{}: {} stream{} within p99 < {:.0} ms (latency against streams)",
+                Path::new(&r.pipeline).file_name().map_or(r.pipeline.clone(), |n| n.to_string_lossy().into_owned()),
+                r.streams,
+                if r.streams == 1 { "" } else { "s" },
+                r.latency_budget_ms
+            ),
+            ("sans-serif", 18),
+        )
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(60)
