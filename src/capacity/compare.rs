@@ -278,6 +278,9 @@ fn write_pictures(
     Ok(())
 }
 
+/// A row of the speed table: its name, the figure, the ratio, decimals.
+type Row = (&'static str, fn(&Summary) -> Spread, Spread, usize);
+
 impl CompareReport {
     pub fn render(&self) -> String {
         let mut s = format!(
@@ -288,7 +291,7 @@ impl CompareReport {
             self.frames_per_run.map(|f| format!(", {f} frames per source per run, {} warm-up", self.warmup_frames)).unwrap_or_default()
         );
         s.push_str(&format!("{:<8} {:>22} {:>22} {:>22}\n", "", "A", "B", "B/A"));
-        let rows: [(&str, fn(&Summary) -> Spread, Spread, usize); 6] = [
+        let rows: [Row; 6] = [
             ("fps", |m| m.fps, self.ratio.fps, 1),
             ("p50 ms", |m| m.p50_ms, self.ratio.p50_ms, 1),
             ("p95 ms", |m| m.p95_ms, self.ratio.p95_ms, 1),
