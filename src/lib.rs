@@ -19,6 +19,7 @@ pub mod analytics;
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;
+pub mod capacity;
 pub mod config;
 pub mod doctor;
 pub mod frame;

@@ -10,7 +10,7 @@ use super::BenchReport;
 /// Fonts plotters may use (pure Rust rendering; DejaVu comes with `fonts-dejavu-core`).
 const FONTS: &[&str] = &["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"];
 
-fn register_font() -> Result<(), String> {
+pub(crate) fn register_font() -> Result<(), String> {
     static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
         let bytes = FONTS

@@ -36,6 +36,12 @@ macro_rules! println {
         let _ = writeln!(std::io::stdout(), $($t)*);
     }};
 }
+macro_rules! eprint {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
 macro_rules! print {
     ($($t:tt)*) => {{
         use std::io::Write as _;
@@ -76,6 +82,8 @@ pub mod exit {
     pub const ABANDONED: u8 = 4;
     /// Stopped by a signal after a clean drain: 128 + signal (129 SIGHUP, 130 SIGINT, 143 SIGTERM).
     pub const SIGNAL_BASE: u8 = 128;
+    /// `compare`: B regressed past a gate (`--max-slowdown`, `--min-agreement`, ...).
+    pub const REGRESSED: u8 = 5;
 }
 
 const EXAMPLES: &str = "\
@@ -86,12 +94,16 @@ Examples:
   infer-stream validate pipelines/*.toml
   infer-stream graph pipelines/text-detection.toml --format mermaid
   infer-stream bench pipelines/text-detection.toml --isolate
+  infer-stream bench pipelines/capacity.toml --capacity --latency-budget 1000
+  infer-stream bench pipelines/text-detection-bench.toml --sweep det.intra_threads=1,2 --frames 60
+  infer-stream compare pipelines/text-detection.toml pipelines/text-detection-small.toml --min-agreement 0.9
   infer-stream inspect models/ppocr/ch_PP-OCRv4_det_infer.onnx
   infer-stream doctor
 
 Exit codes: 0 success, 1 runtime failure, 2 usage or pipeline-file error,
 3 some inputs of a batch failed (the others were processed),
 4 stopped at once by a second signal, without draining,
+5 compare: B regressed past a gate,
 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM after draining (results flushed).";
 
 #[derive(Parser)]
@@ -210,7 +222,79 @@ enum Cmd {
         trace: Option<PathBuf>,
         #[arg(long, value_name = "PATH")]
         ort_library: Option<PathBuf>,
+        #[command(flatten)]
+        capacity: CapacityArgs,
     },
+    /// Run two versions of a pipeline on the same input in interleaved rounds: speed side by side
+    /// (B/A with its spread), result agreement of B against A, and gates (exit 5 when B regresses).
+    Compare {
+        a: PathBuf,
+        b: PathBuf,
+        /// Interleaved rounds (A B, then B A, ...).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        rounds: u64,
+        /// Frames per source in each run.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        frames: u64,
+        /// Frames per source left out of each run's speed figures.
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        warmup: u64,
+        /// Fail (exit 5) when A's fps / B's fps exceeds this (e.g. 1.10: B at most 10% slower).
+        #[arg(long, value_name = "RATIO", value_parser = positive)]
+        max_slowdown: Option<f64>,
+        /// Fail (exit 5) when any result kind agrees less than this (boxes F1, 1 - CER, labels, speech F1, track ids).
+        #[arg(long, value_name = "FRACTION", value_parser = fraction)]
+        min_agreement: Option<f64>,
+        /// Fail (exit 5) when B finds fewer than this share of A's boxes.
+        #[arg(long, value_name = "FRACTION", value_parser = fraction)]
+        min_recall: Option<f64>,
+        /// Fail (exit 5) when B's text has a character error rate against A's above this.
+        #[arg(long, value_name = "FRACTION", value_parser = fraction)]
+        max_cer: Option<f64>,
+        /// Compare only node A_NODE of A with node B_NODE of B (two branches of one graph: give the file twice).
+        #[arg(long, value_name = "A_NODE:B_NODE")]
+        nodes: Option<String>,
+        /// Write side-by-side annotated pictures (A left, B right) of the frames that disagree most.
+        #[arg(long, value_name = "DIR")]
+        write_disagreements: Option<PathBuf>,
+        /// How many disagreeing frames to list.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        worst: usize,
+        /// Print the report as JSON (schema: docs/compare-schema.json).
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+    },
+}
+
+/// `bench --capacity` and `bench --sweep` (docs/capacity.md).
+#[derive(clap::Args)]
+struct CapacityArgs {
+    /// Find how many paced streams of the pipeline's source this machine keeps in real time within --latency-budget.
+    #[arg(long, conflicts_with_all = ["isolate", "frames", "duration", "sweep"])]
+    capacity: bool,
+    /// --capacity: end-to-end p99 latency every count must stay under.
+    #[arg(long, value_name = "MS", default_value_t = 500.0, value_parser = positive)]
+    latency_budget: f64,
+    /// --capacity: share of frames that may be dropped (0: none).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0, value_parser = fraction)]
+    max_drops: f64,
+    /// --capacity: measured seconds per stream count.
+    #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = seconds)]
+    step_seconds: f64,
+    /// --capacity: seconds of each count left out before measuring.
+    #[arg(long, value_name = "S", default_value_t = 3.0, value_parser = non_negative)]
+    step_warmup: f64,
+    /// --capacity: the most streams tried.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_streams: u64,
+    /// Vary a setting (NODE.KEY=V1,V2,…; repeat for the cross product), run in interleaved rounds.
+    #[arg(long, value_name = "KEY=V1,V2,…", conflicts_with_all = ["isolate", "duration"])]
+    sweep: Vec<infer_stream::capacity::edit::Setting>,
+    /// --sweep: interleaved rounds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    rounds: u64,
 }
 
 fn init_logging(verbose: u8, quiet: bool) {
@@ -271,7 +355,48 @@ pub fn main() -> ExitCode {
                 None => Ok(exit::OK),
             }
         }
-        Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library } => {
+        Cmd::Bench { pipeline, frames, warmup, null_sinks, json, plot, ort_library, capacity, .. }
+            if capacity.capacity || !capacity.sweep.is_empty() =>
+        {
+            let build = BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false, shutdown: None };
+            capacity_cmd(&pipeline, build, warmup, &capacity, json, plot.as_deref())
+        }
+        Cmd::Compare {
+            a,
+            b,
+            rounds,
+            frames,
+            warmup,
+            max_slowdown,
+            min_agreement,
+            min_recall,
+            max_cer,
+            nodes,
+            write_disagreements,
+            worst,
+            json,
+            ort_library,
+        } => {
+            let nodes = match nodes.as_deref().map(|n| n.split_once(':')) {
+                None => None,
+                Some(Some((x, y))) if !x.is_empty() && !y.is_empty() => Some((x.to_string(), y.to_string())),
+                Some(_) => {
+                    eprintln!("error: --nodes: write A_NODE:B_NODE (e.g. boxes_a:boxes_b)");
+                    return ExitCode::from(exit::CONFIG);
+                }
+            };
+            let o = infer_stream::capacity::compare::CompareOptions {
+                build: BuildOptions { ort_library, max_frames: Some(frames), ..Default::default() },
+                rounds: rounds as usize,
+                warmup,
+                nodes,
+                write_disagreements,
+                worst,
+                gates: infer_stream::capacity::compare::Gates { max_slowdown, min_agreement, min_recall, max_cer },
+            };
+            compare_cmd(&a, &b, &o, json, quiet)
+        }
+        Cmd::Bench { pipeline, isolate, frames, duration, warmup, null_sinks, json, plot, trace, ort_library, capacity: _ } => {
             let opts = BenchOptions {
                 build: BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false, shutdown: None },
                 isolate,
@@ -296,6 +421,33 @@ fn seconds(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(s),
         Ok(_) => Err("seconds must be a positive number (at most 1e9)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A positive, finite number (`--latency-budget`, `--max-slowdown`).
+fn positive(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("must be a positive number".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Zero or more seconds (`--step-warmup`).
+fn non_negative(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1e9).contains(&v) => Ok(v),
+        Ok(_) => Err("must be 0 or more (at most 1e9)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A share from 0 to 1 (`--max-drops`, `--min-agreement`).
+fn fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(_) => Err("must be between 0 and 1 (e.g. 0.9)".into()),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -334,7 +486,8 @@ fn check_arguments(cmd: &Cmd) -> Result<(), String> {
         | Cmd::Validate { ort_library, .. }
         | Cmd::Inspect { ort_library, .. }
         | Cmd::Doctor { ort_library, .. }
-        | Cmd::Bench { ort_library, .. } => ort_library.as_deref(),
+        | Cmd::Bench { ort_library, .. }
+        | Cmd::Compare { ort_library, .. } => ort_library.as_deref(),
         Cmd::Graph { .. } => None,
     };
     library_exists(library)?;
@@ -342,6 +495,15 @@ fn check_arguments(cmd: &Cmd) -> Result<(), String> {
         Cmd::Run { report, trace, .. } => {
             report.as_deref().map_or(Ok(()), |p| writable("--report", p, &[]))?;
             trace.as_deref().map_or(Ok(()), |p| writable("--trace", p, &[]))
+        }
+        Cmd::Compare { frames, warmup, write_disagreements, .. } => {
+            if warmup >= frames {
+                return Err(format!("--warmup {warmup} leaves none of --frames {frames} to measure"));
+            }
+            match write_disagreements {
+                Some(d) if d.exists() && !d.is_dir() => Err(format!("--write-disagreements {}: not a folder", d.display())),
+                _ => Ok(()),
+            }
         }
         Cmd::Bench { plot, trace, frames, warmup, .. } => {
             if let Some(f) = frames
@@ -774,4 +936,99 @@ fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&Path>, trace
         eprintln!("trace: {} spans in {}", t.span_count(), p.display());
     }
     Ok(exit_code(&report.run))
+}
+
+/// A capacity or sweep error as an exit code: the file or a setting is wrong (2), or a run failed (1).
+fn capacity_error(e: infer_stream::capacity::Error) -> u8 {
+    use infer_stream::capacity::Error;
+    match e {
+        Error::Pipeline(d) => print_diags(&d),
+        Error::Setting(s) => {
+            eprintln!("error: {s}");
+            exit::CONFIG
+        }
+        Error::Run(s) | Error::Io(s) => {
+            eprintln!("error: {s}");
+            exit::RUNTIME
+        }
+    }
+}
+
+/// `bench --capacity` and `bench --sweep`.
+fn capacity_cmd(path: &Path, build: BuildOptions, warmup: u64, a: &CapacityArgs, json: bool, plot: Option<&Path>) -> Result<u8> {
+    use infer_stream::capacity::{edit::Doc, streams, sweep};
+    let doc = match Doc::load(path) {
+        Ok(d) => d,
+        Err(e) => return Ok(capacity_error(e)),
+    };
+    if a.capacity {
+        let o = streams::CapacityOptions {
+            build,
+            latency_budget_ms: a.latency_budget,
+            max_drops: a.max_drops,
+            step_seconds: a.step_seconds,
+            warmup_seconds: a.step_warmup,
+            max_streams: a.max_streams as usize,
+        };
+        if !json {
+            eprint!("{}", streams::header());
+        }
+        let r = match streams::search(&doc, &o, |s| {
+            if !json {
+                eprint!("{}", streams::row(s));
+            }
+        }) {
+            Ok(r) => r,
+            Err(e) => return Ok(capacity_error(e)),
+        };
+        if json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            print!("{}", r.render());
+        }
+        if let Some(p) = plot {
+            infer_stream::capacity::plot::draw(&r, p).map_err(anyhow::Error::msg).with_context(|| format!("drawing {}", p.display()))?;
+            eprintln!("plot: {}", p.display());
+        }
+        return Ok(exit::OK);
+    }
+    let build = BuildOptions { null_sinks: true, max_frames: build.max_frames.or(Some(100)), ..build };
+    let o = sweep::SweepOptions { build, rounds: a.rounds as usize, warmup };
+    let r = match sweep::sweep(&doc, &a.sweep, &o, |round, label, m| {
+        if !json {
+            eprintln!("round {}: {label}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
+        }
+    }) {
+        Ok(r) => r,
+        Err(e) => return Ok(capacity_error(e)),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", r.render());
+    }
+    Ok(exit::OK)
+}
+
+/// `compare A.toml B.toml`.
+fn compare_cmd(a: &Path, b: &Path, o: &infer_stream::capacity::compare::CompareOptions, json: bool, quiet: bool) -> Result<u8> {
+    use infer_stream::capacity::{compare, edit::Doc};
+    let (da, db) = match (Doc::load(a), Doc::load(b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return Ok(capacity_error(e)),
+    };
+    let r = match compare::compare(&da, &db, o, |round, which, m| {
+        if !json && !quiet {
+            eprintln!("round {}: {which}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
+        }
+    }) {
+        Ok(r) => r,
+        Err(e) => return Ok(capacity_error(e)),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", r.render());
+    }
+    Ok(if r.passed { exit::OK } else { exit::REGRESSED })
 }
