@@ -2,6 +2,7 @@
 
 pub mod audio;
 pub mod audiotest;
+mod batch;
 pub mod detections;
 pub mod dir;
 pub mod file;
