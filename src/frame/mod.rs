@@ -347,6 +347,15 @@ pub enum Payload {
     Crops(CropBatch),
     Texts(Vec<TextLine>),
     Tracks(Tracks),
+    /// The job a frame belongs to (`kafka` source).
+    Job(JobTag),
+}
+
+/// A job's id and which delivery of it this is (1 the first; more when it is redone).
+#[derive(Debug, Clone)]
+pub struct JobTag {
+    pub id: Arc<str>,
+    pub attempt: u32,
 }
 
 impl Payload {
@@ -361,6 +370,7 @@ impl Payload {
             Payload::Speech(v) => Some(serde_json::to_value(v).expect("speech serialises")),
             Payload::Level(v) => Some(serde_json::to_value(v).expect("level serialises")),
             Payload::Tracks(t) => Some(serde_json::to_value(t).expect("tracks serialise")),
+            Payload::Job(j) => Some(serde_json::json!({ "job": &*j.id, "attempt": j.attempt })),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod file;
 #[cfg(feature = "gstreamer")]
 pub mod gst;
 pub mod images;
+pub mod kafka;
 pub mod rtsp;
 pub mod testsrc;
 
