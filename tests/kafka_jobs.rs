@@ -354,3 +354,20 @@ fn workers_share_a_topic_and_redo_the_job_of_a_killed_one() {
     assert!(done >= 1, "{reports:?}");
     assert!(t0.elapsed() < Duration::from_secs(150), "took {:?}", t0.elapsed());
 }
+
+#[test]
+fn a_client_property_librdkafka_rejects_is_a_located_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("p.toml");
+    std::fs::write(
+        &toml,
+        "[sources.jobs]\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9\"\ntopic = \"t\"\ngroup = \"g\"\n\n\
+         [sources.jobs.client]\n\"no.such.property\" = 5\n\n[sinks.out]\nkind = \"null\"\ninputs = [\"jobs\"]\n",
+    )
+    .unwrap();
+    let o = bin().arg("run").arg(&toml).args(["--progress", "never"]).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("No such configuration property: \"no.such.property\""), "{err}");
+    assert!(err.contains(&format!("--> {}:8:22", toml.display())), "{err}");
+}
