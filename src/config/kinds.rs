@@ -36,6 +36,7 @@ pub enum NodeKind {
     Track(TrackConfig),
     Detections(DetectionsSourceConfig),
     Analytics(AnalyticsConfig),
+    Kafka(KafkaSourceConfig),
 }
 
 impl NodeKind {
@@ -65,11 +66,12 @@ impl NodeKind {
             NodeKind::Track(_) => "track",
             NodeKind::Detections(_) => "detections",
             NodeKind::Analytics(_) => "analytics",
+            NodeKind::Kafka(_) => "kafka",
         }
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections", "kafka"];
 const STAGE_KINDS: &[&str] = &[
     "preprocess",
     "infer",
@@ -119,6 +121,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "track") => NodeKind::Track(TrackConfig::deserialize(d)?),
         (Role::Source, "detections") => NodeKind::Detections(DetectionsSourceConfig::deserialize(d)?),
         (Role::Stage, "analytics") => NodeKind::Analytics(AnalyticsConfig::deserialize(d)?),
+        (Role::Source, "kafka") => NodeKind::Kafka(KafkaSourceConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -1412,4 +1415,69 @@ pub struct ZoneConfig {
     pub classes: Option<Vec<u32>>,
     /// Source streams it applies to (default: all).
     pub streams: Option<Spanned<Vec<String>>>,
+/// `kind = "kafka"`: jobs read from a Kafka topic in a consumer group, each
+/// job (a JSON object naming its media) its own stream, processed like one
+/// file of a `dir` batch; a job's offset is committed once its results are
+/// delivered.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceConfig {
+    /// Bootstrap brokers, `host:port[,host:port...]`.
+    pub brokers: Spanned<String>,
+    /// The job topic.
+    pub topic: Spanned<String>,
+    /// The consumer group the workers share.
+    pub group: Spanned<String>,
+    /// Jobs processed at once.
+    #[serde(default = "one_nz")]
+    pub parallel: Spanned<std::num::NonZeroUsize>,
+    /// Where bad jobs go, with their reason (none: logged, counted and committed).
+    pub dead_letter_topic: Option<Spanned<String>>,
+    /// librdkafka properties passed through as written (TLS, SASL, timeouts).
+    #[serde(default)]
+    pub client: std::collections::BTreeMap<String, Spanned<ClientSetting>>,
+    /// End the run once no job has come for this long and none is in flight (default: run until stopped).
+    pub stop_when_idle_ms: Option<Spanned<u64>>,
+    /// The name this worker gives in dead letters and its client id (default `HOST:PID`).
+    pub worker: Option<Spanned<String>>,
+    /// Decoder threads per job; 0 lets FFmpeg choose.
+    #[serde(default, deserialize_with = "checked::threads")]
+    pub decoder_threads: usize,
+    /// Stop each job after this many frames.
+    #[serde(default, deserialize_with = "checked::opt_frames")]
+    pub max_frames: Option<u64>,
+    /// What to read from each job's media: its video (frames) or its audio (timed windows).
+    #[serde(default)]
+    pub media: MediaKind,
+    /// Audio: the rate the audio is resampled to (default 16000 Hz).
+    pub sample_rate: Option<Spanned<u32>>,
+    /// Audio: samples per window (default 512).
+    pub window: Option<Spanned<usize>>,
+    /// Audio: samples between window starts (default: the window).
+    pub hop: Option<Spanned<usize>>,
+    /// Video: turn frames as each job's display matrix asks (`auto`), or process them as stored (`none`, default).
+    #[serde(default)]
+    pub rotate: Rotate,
+}
+
+/// A client property's value: written as a string, number or boolean, passed on as text.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ClientSetting {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl ClientSetting {
+    /// The value as librdkafka reads it (`${VAR}` in text is expanded by the caller).
+    pub fn text(&self) -> String {
+        match self {
+            ClientSetting::Text(s) => s.clone(),
+            ClientSetting::Integer(i) => i.to_string(),
+            ClientSetting::Float(f) => f.to_string(),
+            ClientSetting::Bool(b) => b.to_string(),
+        }
+    }
 }

@@ -421,6 +421,15 @@ pub enum Payload {
     /// A preprocess left the frame for the inference stage after it to skip
     /// (no tensor made); internal.
     Gated(WorkMode),
+    /// The job a frame belongs to (`kafka` source).
+    Job(JobTag),
+}
+
+/// A job's id and which delivery of it this is (1 the first; more when it is redone).
+#[derive(Debug, Clone)]
+pub struct JobTag {
+    pub id: Arc<str>,
+    pub attempt: u32,
 }
 
 impl Payload {
@@ -437,6 +446,7 @@ impl Payload {
             Payload::Level(v) => Some(serde_json::to_value(v).expect("level serialises")),
             Payload::Tracks(t) => Some(serde_json::to_value(t).expect("tracks serialise")),
             Payload::Places(p) => Some(p.to_json()),
+            Payload::Job(j) => Some(serde_json::json!({ "job": &*j.id, "attempt": j.attempt })),
         }
     }
 }

@@ -56,6 +56,8 @@ impl DataType {
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
         NodeKind::Dir(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
+        NodeKind::Kafka(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
+        NodeKind::Kafka(_) => DataType::Video,
         NodeKind::Rtsp(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
@@ -770,9 +772,9 @@ fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mu
                 if only.is_some_and(|o| o != source.name) {
                     continue;
                 }
-                if matches!(source.kind, NodeKind::Dir(_)) {
+                if matches!(source.kind, NodeKind::Dir(_) | NodeKind::Kafka(_)) {
                     // Named at run time, one per input file (the `dir` source checks its own names).
-                    files.push((file_of(None), format!("the files of `dir` source `{}`", source.name)));
+                    files.push((file_of(None), format!("the files of `{}` source `{}`", source.kind.name(), source.name)));
                 } else {
                     files.push((file_of(Some(&source.name)), format!("stream `{}`", source.name)));
                 }
@@ -806,7 +808,10 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
         let sources = upstream_sources(cfg, producers, i);
         let names: Vec<&str> = sources.iter().map(|&j| cfg.nodes[j].name.as_str()).collect();
         // A `dir` source makes one stream per file.
-        let batch = sources.iter().find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Dir(_))).map(|&j| cfg.nodes[j].name.as_str());
+        let batch = sources
+            .iter()
+            .find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Dir(_) | NodeKind::Kafka(_)))
+            .map(|&j| cfg.nodes[j].name.as_str());
         let listed = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         let path = match cfg.expand(&v.path) {
             Ok(p) => p,

@@ -149,6 +149,16 @@ pub struct InputsReport {
     pub incomplete: u64,
     /// Failed (this run or, unchanged, an earlier one), in path order.
     pub failed: Vec<FailedInput>,
+    /// Jobs (`kafka`): complete ones that were delivered before (attempt > 1).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub redone: u64,
+    /// Jobs (`kafka`): stopped because their partition went to another worker (redone there).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub revoked: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Collects input outcomes while a pipeline runs (sources and sink threads record into it).
@@ -185,6 +195,12 @@ impl InputsReport {
         }
         if self.incomplete > 0 {
             let _ = write!(s, ", {} stopped before the end (redone next run)", self.incomplete);
+        }
+        if self.redone > 0 {
+            let _ = write!(s, " ({} redone: attempt > 1)", self.redone);
+        }
+        if self.revoked > 0 {
+            let _ = write!(s, ", {} revoked (partition reassigned, redone by its new worker)", self.revoked);
         }
         let _ = write!(s, ", {} failed", self.failed.len());
         if self.skipped_failed > 0 {

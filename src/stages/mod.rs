@@ -357,6 +357,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
             NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
+            NodeKind::Kafka(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
                 Err(d) => Err(d),

@@ -19,9 +19,9 @@ use std::time::Duration;
 use crossbeam_channel::{RecvTimeoutError, bounded};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, VideoDecoder, copy_to_image, turn_picture};
+use super::batch::{Decode, Feed, Input, Media, Msg};
 use crate::config::{Diagnostic, DirSourceConfig, NodeConfig, NodeKind, PipelineConfig};
-use crate::frame::{AudioChunk, Image, InputEnd, Pool};
+use crate::frame::{InputEnd, Pool};
 use crate::runtime::report::FailedInput;
 use crate::runtime::{InputLog, SourceCtx};
 use crate::stages::Source;
@@ -127,18 +127,6 @@ pub struct DirSource {
     rotate: bool,
     pool: Pool<u8>,
     audio_pool: Pool<f32>,
-}
-
-/// What a file gives.
-#[derive(Debug, Clone, Copy)]
-enum Media {
-    Video,
-    /// Audio resampled to `rate` Hz mono, in windows of `window` samples every `hop`.
-    Audio {
-        rate: u32,
-        window: usize,
-        hop: usize,
-    },
 }
 
 /// Files of `folder` (and its subfolders when `recursive`), hidden ones left out.
@@ -337,219 +325,6 @@ impl DirSource {
     }
 }
 
-/// A file being read: its input token, next sequence number, time base, and whether it failed.
-type InProgress = (Arc<crate::frame::InputToken>, u64, (i32, i32), Arc<AtomicBool>);
-
-/// Corrupt data a file's decoder skipped: frames (audio: packets) and the
-/// stretches they came in (video; each ended by a keyframe or the end).
-#[derive(Debug, Clone, Copy, Default)]
-struct Corrupt {
-    frames: u64,
-    bursts: u64,
-}
-
-impl Corrupt {
-    fn add(&mut self, other: Corrupt) {
-        self.frames += other.frames;
-        self.bursts += other.bursts;
-    }
-}
-
-/// What a decoding worker sends to the source thread.
-enum Msg {
-    Opened {
-        file: usize,
-        time_base: (i32, i32),
-    },
-    Frame {
-        file: usize,
-        pts: Option<i64>,
-        item: Item,
-    },
-    /// Read to the end (or to `max_frames`): `Err` says why the file is not
-    /// usable. `corrupt`: what its decoder skipped (also when it failed).
-    Done {
-        file: usize,
-        result: Result<u64, String>,
-        corrupt: Corrupt,
-    },
-    /// The run is stopping: the file was not finished (`corrupt`: what its decoder skipped so far).
-    Stopped {
-        file: usize,
-        corrupt: Corrupt,
-    },
-}
-
-/// A decoded video frame or audio window.
-enum Item {
-    Image(Image),
-    Audio(AudioChunk),
-}
-
-/// Why a file cannot be opened, without its path (the report names it).
-fn open_reason(e: FfmpegError, size: u64) -> String {
-    if size == 0 {
-        return "empty file (0 bytes)".into();
-    }
-    match e {
-        FfmpegError::Open { source, .. } => format!("not readable as media (not a media file, or truncated): {source}"),
-        FfmpegError::NoVideo { .. } => "no video stream".into(),
-        FfmpegError::NoAudio { .. } => "no audio stream".into(),
-        FfmpegError::Decoder { codec, source, .. } => format!("no decoder for codec {codec}: {source}"),
-        other => other.to_string(),
-    }
-}
-
-/// The decoding side of a dir source: what each worker needs.
-struct Decode<'a> {
-    media: Media,
-    rotate: bool,
-    threads: usize,
-    max_frames: Option<u64>,
-    pool: &'a Pool<u8>,
-    audio_pool: &'a Pool<f32>,
-    tx: crossbeam_channel::Sender<Msg>,
-    stop: &'a AtomicBool,
-}
-
-impl Decode<'_> {
-    /// Decode one file, sending its frames or windows; the result says whether it is whole.
-    fn file(&self, file: usize, e: &Entry) {
-        match self.media {
-            Media::Video => self.video(file, e),
-            Media::Audio { rate, window, hop } => self.audio(file, e, rate, window, hop),
-        }
-    }
-
-    /// Decode one video file, sending its frames; the result says whether it is whole.
-    fn video(&self, file: usize, e: &Entry) {
-        let (tx, stop, max_frames, pool) = (&self.tx, self.stop, self.max_frames, self.pool);
-        let mut dec = match VideoDecoder::open(&e.path, self.threads) {
-            Ok(d) => d,
-            Err(err) => {
-                // Not opened, nothing decoded: the file is failed (and named), no frame is counted.
-                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)), corrupt: Corrupt::default() });
-                return;
-            }
-        };
-        let _ = tx.send(Msg::Opened { file, time_base: dec.info.time_base });
-        let turn = dec.info.quarter_turn().filter(|_| self.rotate);
-        match (turn, dec.info.turn_note()) {
-            (Some(d), _) => tracing::info!("{}: frames turned {d}° clockwise, as the container's display matrix asks", e.path.display()),
-            (None, Some(note)) => tracing::warn!("{}: {note}", e.path.display()),
-            _ => {}
-        }
-        let (mut n, mut bad) = (0u64, 0u64);
-        // As the `file` source counts: frames skipped (rejected, damaged, or
-        // unusable once decoded) and the stretches of corrupt data.
-        let corrupt = |dec: &VideoDecoder, bad: u64| Corrupt { frames: dec.skipped_frames + bad, bursts: dec.corrupt_bursts };
-        let mut hit_limit = false;
-        loop {
-            if stop.load(Ordering::Acquire) {
-                let _ = tx.send(Msg::Stopped { file, corrupt: corrupt(&dec, bad) });
-                return;
-            }
-            if max_frames.is_some_and(|m| n >= m) {
-                hit_limit = true;
-                break;
-            }
-            let frame = match dec.next_frame() {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(err) => {
-                    let _ = tx.send(Msg::Done { file, result: Err(err.to_string()), corrupt: corrupt(&dec, bad) });
-                    return;
-                }
-            };
-            let pts = frame.timestamp().or(frame.pts());
-            let image = match (copy_to_image(frame, pool), turn) {
-                (Ok(i), Some(d)) => turn_picture(&i, d, pool),
-                (image, _) => image,
-            };
-            match image {
-                Ok(image) => {
-                    n += 1;
-                    if tx.send(Msg::Frame { file, pts, item: Item::Image(image) }).is_err() {
-                        return;
-                    }
-                }
-                Err(err) => {
-                    bad += 1;
-                    tracing::debug!("{}: frame {n}: {err}", e.path.display());
-                }
-            }
-        }
-        let skipped = corrupt(&dec, bad);
-        let result = if let Some(t) = dec.truncated.filter(|_| !hit_limit) {
-            Err(t.describe(n))
-        } else if let Some(err) = &dec.read_error {
-            Err(format!("read error after {n} frame(s): {err} (truncated?)"))
-        } else if skipped.frames > 0 {
-            Err(format!("corrupt data: {} frame(s) skipped in {} stretch(es) ({n} frame(s) decoded)", skipped.frames, skipped.bursts))
-        } else if let Some(d) = dec.info.declared_frames.filter(|d| !hit_limit && n < *d) {
-            Err(format!("decoded {n} of the {d} frames the container lists (truncated?)"))
-        } else if n == 0 {
-            Err("no video frames decoded".into())
-        } else {
-            Ok(n)
-        };
-        let _ = tx.send(Msg::Done { file, result, corrupt: skipped });
-    }
-
-    fn audio(&self, file: usize, e: &Entry, rate: u32, window: usize, hop: usize) {
-        let tx = &self.tx;
-        let mut dec = match AudioDecoder::open(&e.path, rate) {
-            Ok(d) => d,
-            Err(err) => {
-                let _ = tx.send(Msg::Done { file, result: Err(open_reason(err, e.size)), corrupt: Corrupt::default() });
-                return;
-            }
-        };
-        // As the `audio` source counts: packets the decoder rejected.
-        let corrupt = |dec: &AudioDecoder| Corrupt { frames: dec.corrupt_packets, bursts: 0 };
-        let _ = tx.send(Msg::Opened { file, time_base: (1, rate as i32) });
-        let mut windows = super::audio::Windows::new(window, hop);
-        let (mut n, mut hit_limit) = (0u64, false);
-        loop {
-            if self.stop.load(Ordering::Acquire) {
-                let _ = tx.send(Msg::Stopped { file, corrupt: corrupt(&dec) });
-                return;
-            }
-            if self.max_frames.is_some_and(|m| n >= m) {
-                hit_limit = true;
-                break;
-            }
-            match windows.next(&mut dec, self.audio_pool, rate) {
-                Ok(Some(chunk)) => {
-                    n += 1;
-                    if tx.send(Msg::Frame { file, pts: Some(chunk.start as i64), item: Item::Audio(chunk) }).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(err) => {
-                    let result = Err(format!("read error after {n} window(s): {err}"));
-                    let _ = tx.send(Msg::Done { file, result, corrupt: corrupt(&dec) });
-                    return;
-                }
-            }
-        }
-        let seconds = windows.consumed() as f64 / rate as f64;
-        let result = if let Some(err) = &dec.read_error {
-            Err(format!("read error after {n} window(s): {err} (truncated?)"))
-        } else if dec.corrupt_packets > 0 {
-            Err(format!("corrupt data: {} packet(s) could not be decoded ({n} window(s) decoded)", dec.corrupt_packets))
-        } else if n == 0 {
-            Err("no audio decoded".into())
-        } else if let Some(d) = dec.duration.filter(|d| !hit_limit && seconds < d - 0.5) {
-            Err(format!("decoded {seconds:.1} s of the {d:.1} s the container declares (truncated?)"))
-        } else {
-            Ok(n)
-        };
-        let _ = tx.send(Msg::Done { file, result, corrupt: corrupt(&dec) });
-    }
-}
-
 /// Record a failed file: in the summary, the log and the state file.
 fn record_failure(log: &InputLog, state: Option<&BatchState>, e: &Entry, reason: String) {
     tracing::warn!("{}: {reason}; skipped", e.path.display());
@@ -583,8 +358,6 @@ impl Source for DirSource {
         let next = Mutex::new(0usize);
         let stop = AtomicBool::new(false);
         let (tx, rx) = bounded::<Msg>(2 * self.parallel);
-        // Summed over the files, kept live as each file ends.
-        let mut corrupt = Corrupt::default();
         let (media, rotate, threads, max_frames, pool, audio_pool) =
             (self.media, self.rotate, self.decoder_threads, self.max_frames, &self.pool, &self.audio_pool);
         std::thread::scope(|scope| {
@@ -603,14 +376,14 @@ impl Source for DirSource {
                                 *n += 1;
                                 *n - 1
                             };
-                            d.file(i, &todo[i]);
+                            let e = &todo[i];
+                            d.file(i, &Input { path: &e.path, size: e.size, cancel: None });
                         }
                     })
                     .expect("spawn decoder thread");
             }
             drop(tx);
-            let mut open: HashMap<usize, InProgress> = HashMap::new();
-            let mut emitted = 0u64;
+            let mut feed = Feed::default();
             loop {
                 if ctx.stopping() {
                     stop.store(true, Ordering::Release);
@@ -623,12 +396,8 @@ impl Source for DirSource {
                 match msg {
                     Msg::Opened { file, time_base } => {
                         let e = todo[file].clone();
-                        let failed = Arc::new(AtomicBool::new(false));
-                        let (log, state, f2) = (log.clone(), self.state.clone(), failed.clone());
-                        let token = ctx.open_input(Arc::from(e.rel.as_str()), move |end: InputEnd, flushed: bool| {
-                            if f2.load(Ordering::Acquire) {
-                                return;
-                            }
+                        let (log, state) = (log.clone(), self.state.clone());
+                        feed.opened(ctx, file, time_base, Arc::from(e.rel.as_str()), move |end: InputEnd, flushed: bool| {
                             if !end.read_to_end {
                                 tracing::info!(
                                     "{}: stopped after {} frame(s); redone from the start next run",
@@ -656,54 +425,20 @@ impl Source for DirSource {
                                 log.record(|r| r.complete += 1);
                             }
                         });
-                        open.insert(file, (token, 0, time_base, failed));
                     }
                     Msg::Frame { file, pts, item } => {
-                        let Some((token, seq, tb, _)) = open.get_mut(&file) else { continue };
-                        if stop.load(Ordering::Acquire) {
-                            continue;
-                        }
-                        let frame = match item {
-                            Item::Image(image) => ctx.new_frame_of(token, *seq, pts, *tb, Some(Arc::new(image))),
-                            Item::Audio(chunk) => {
-                                let mut f = ctx.new_frame_of(token, *seq, pts, *tb, None);
-                                f.audio = Some(Arc::new(chunk));
-                                f
-                            }
-                        };
-                        *seq += 1;
-                        emitted += 1;
-                        if !ctx.emit(frame) || self.limit.is_some_and(|l| emitted >= l) {
+                        if !feed.frame(ctx, file, pts, item, stop.load(Ordering::Acquire), |_| {})
+                            || self.limit.is_some_and(|l| feed.emitted >= l)
+                        {
                             stop.store(true, Ordering::Release);
                         }
                     }
-                    Msg::Done { file, result, corrupt: c } => {
-                        corrupt.add(c);
-                        ctx.set_decode_errors(corrupt.frames, corrupt.bursts);
-                        let entry = open.remove(&file);
-                        match result {
-                            Ok(sent) => {
-                                // Complete only if every frame it decoded went downstream (none left behind by a stop).
-                                if let Some((token, emitted, ..)) = &entry
-                                    && *emitted == sent
-                                {
-                                    token.read_to_end();
-                                }
-                            }
-                            Err(reason) => {
-                                if let Some((_, _, _, failed)) = &entry {
-                                    failed.store(true, Ordering::Release);
-                                }
-                                record_failure(&log, self.state.as_deref(), &todo[file], reason);
-                            }
+                    Msg::Done { file, result, corrupt } => {
+                        if let Err(reason) = feed.done(ctx, file, result, corrupt) {
+                            record_failure(&log, self.state.as_deref(), &todo[file], reason);
                         }
-                        // Dropping the token here: the file ends once its last frame has settled downstream.
                     }
-                    Msg::Stopped { file, corrupt: c } => {
-                        corrupt.add(c);
-                        ctx.set_decode_errors(corrupt.frames, corrupt.bursts);
-                        open.remove(&file);
-                    }
+                    Msg::Stopped { file, corrupt } => feed.stopped(ctx, file, corrupt),
                 }
             }
         });

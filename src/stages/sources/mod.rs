@@ -2,12 +2,14 @@
 
 pub mod audio;
 pub mod audiotest;
+mod batch;
 pub mod detections;
 pub mod dir;
 pub mod file;
 #[cfg(feature = "gstreamer")]
 pub mod gst;
 pub mod images;
+pub mod kafka;
 pub mod rtsp;
 pub mod testsrc;
 
