@@ -1415,6 +1415,8 @@ pub struct ZoneConfig {
     pub classes: Option<Vec<u32>>,
     /// Source streams it applies to (default: all).
     pub streams: Option<Spanned<Vec<String>>>,
+}
+
 /// `kind = "kafka"`: jobs read from a Kafka topic in a consumer group, each
 /// job (a JSON object naming its media) its own stream, processed like one
 /// file of a `dir` batch; a job's offset is committed once its results are
