@@ -2,7 +2,6 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -39,10 +38,14 @@ async fn one(State(s): State<ApiState>, Path(id): Path<String>) -> Response {
     }
 }
 
-async fn add(State(s): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
+async fn add(State(s): State<ApiState>, body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>) -> Response {
     let body = match body {
-        Ok(Json(v)) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body must be a JSON object: {}", e.body_text())),
+        Ok(b) => b,
+        Err(e) => return error(e.status(), format!("cannot read the body: {}", e.body_text())),
+    };
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body must be a JSON object: {e}")),
     };
     let Value::Object(mut fields) = body else {
         return error(StatusCode::BAD_REQUEST, "the body must be a JSON object: {\"source\": \"TEMPLATE\", \"id\": \"NAME\", ...}");

@@ -211,7 +211,8 @@ pub struct PipelineView {
     pub stopping: bool,
     pub nodes: Vec<NodeView>,
     pub templates: Vec<TemplateView>,
-    pub subscribers: usize,
+    /// Live-results subscribers and their drops.
+    pub results: super::results::ResultsView,
 }
 
 /// A source template, for `GET /v1/pipeline`.
@@ -489,7 +490,7 @@ impl Control {
             stopping: self.stopping(),
             nodes,
             templates: self.templates(),
-            subscribers: self.results.subscribers(),
+            results: self.results.view(),
         }
     }
 

@@ -48,6 +48,8 @@ struct Shared {
     filter: Option<HashSet<String>>,
     capacity: usize,
     queue: Mutex<VecDeque<Published>>,
+    /// Items offered to this subscriber (all it would have had with room enough).
+    offered: AtomicU64,
     /// Dropped for this subscriber, in all and already reported.
     dropped: AtomicU64,
     reported: AtomicU64,
@@ -100,6 +102,7 @@ impl ResultsHub {
             filter: (!filter.is_empty()).then_some(filter),
             capacity: self.capacity,
             queue: Mutex::new(VecDeque::new()),
+            offered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             reported: AtomicU64::new(0),
             notify: tokio::sync::Notify::new(),
@@ -129,6 +132,7 @@ impl ResultsHub {
         self.published.fetch_add(1, Ordering::Relaxed);
         let item = Published { stream: stream.clone(), kind, json: Arc::from(json()) };
         for s in targets {
+            s.offered.fetch_add(1, Ordering::Relaxed);
             let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
             if q.len() >= s.capacity {
                 q.pop_front();
@@ -141,10 +145,53 @@ impl ResultsHub {
         }
     }
 
+    /// Each subscriber and the hub's totals, for the pipeline view.
+    pub fn view(&self) -> ResultsView {
+        let subscribers = self
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|s| SubscriberView {
+                streams: s.filter.as_ref().map(|f| {
+                    let mut v: Vec<String> = f.iter().cloned().collect();
+                    v.sort();
+                    v
+                }),
+                offered: s.offered.load(Ordering::Relaxed),
+                dropped: s.dropped.load(Ordering::Relaxed),
+                queued: s.queue.lock().unwrap_or_else(|e| e.into_inner()).len() as u64,
+            })
+            .collect();
+        let (published, dropped) = self.counts();
+        ResultsView { subscribers, published, dropped, buffer: self.capacity as u64 }
+    }
+
     /// Items published (to at least one subscriber) and items dropped for slow subscribers, so far.
     pub fn counts(&self) -> (u64, u64) {
         (self.published.load(Ordering::Relaxed), self.dropped.load(Ordering::Relaxed))
     }
+}
+
+/// One subscriber, as the pipeline view shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SubscriberView {
+    /// The streams it asked for (`null`: all).
+    pub streams: Option<Vec<String>>,
+    /// Items meant for it, dropped for it (its buffer was full), and waiting in its buffer.
+    pub offered: u64,
+    pub dropped: u64,
+    pub queued: u64,
+}
+
+/// The results hub, as the pipeline view shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ResultsView {
+    pub subscribers: Vec<SubscriberView>,
+    /// Items published to at least one subscriber, and dropped for slow ones, since the start.
+    pub published: u64,
+    pub dropped: u64,
+    /// Each subscriber's buffer (`[pipeline] api.results_buffer`).
+    pub buffer: u64,
 }
 
 /// One subscriber's end.
