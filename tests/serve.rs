@@ -476,3 +476,198 @@ path = "{dir}/out/{stream}.ndjson"
     let other = stream_status(s.port, "other");
     assert_eq!(other["state"], "running", "{other}");
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made by the openssl CLI in `dir`.
+fn certificates(dir: &Path) {
+    let sh = r#"set -e
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=test-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' > san.ext
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=client 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' > client.ext
+openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 -extfile client.ext 2>/dev/null
+"#;
+    let st = Command::new("sh").args(["-c", sh]).current_dir(dir).status().expect("run openssl");
+    assert!(st.success(), "openssl could not make the test certificates");
+}
+
+const VIEWER: &str = "viewer-token-0123456789";
+const OPERATOR: &str = "operator-token-0123456789";
+const ADMIN: &str = "admin-token-0123456789abc";
+
+#[test]
+fn tls_tokens_and_roles_on_every_endpoint() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    std::fs::write(dir.path().join("tokens.txt"), format!("# role token\nviewer {VIEWER}\noperator {OPERATOR}\n")).unwrap();
+    let pipeline = r#"
+[pipeline]
+api = { tls = { cert = "{dir}/server.crt", key = "{dir}/server.key" }, tokens_file = "{dir}/tokens.txt", tokens = [{ role = "admin", token = "${SERVE_TEST_ADMIN}" }] }
+
+[sources.cams]
+kind = "rtsp"
+dynamic = true
+allow = ["uri", "required"]
+uri = "rtsp://127.0.0.1:9/cam"
+wait_at_start = true
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["cams"]
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    // SAFETY of the environment: set before the child starts, read by the child only.
+    let s = {
+        let port_dir = dir;
+        let text = pipeline.to_string();
+        let port = free_port();
+        let file = port_dir.path().join("serve.toml");
+        std::fs::write(&file, text.replace("{dir}", &port_dir.path().to_string_lossy())).unwrap();
+        let log = std::fs::File::create(port_dir.path().join("serve.log")).unwrap();
+        let child = util::bin()
+            .args(["serve", &file.to_string_lossy(), "--listen", &format!("127.0.0.1:{port}")])
+            .env("SERVE_TEST_ADMIN", ADMIN)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let s = Serve { dir: port_dir, port, child: Some(child), scheme: "https" };
+        wait_for("serve listening", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        s
+    };
+    let ca = s.path("ca.crt").to_string_lossy().into_owned();
+    let call = |method: &str, path: &str, token: Option<&str>, body: Option<&str>| {
+        let mut args = vec!["--cacert".to_string(), ca.clone(), "-X".into(), method.into()];
+        if let Some(t) = token {
+            args.extend(["-H".into(), format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(b) = body {
+            args.extend(["-d".into(), b.into()]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        curl(&s.url(path), &refs)
+    };
+    let add_body = r#"{"source":"cams","id":"cam-1","uri":"rtsp://admin:hunter2-secret@127.0.0.1:9/cam","required":false}"#;
+    // (method, path, body, the role it needs; None: open)
+    let routes: [(&str, &str, Option<&str>, Option<&str>); 9] = [
+        ("GET", "/healthz", None, None),
+        ("GET", "/readyz", None, Some("viewer")),
+        ("GET", "/metrics", None, Some("viewer")),
+        ("GET", "/v1/pipeline", None, Some("viewer")),
+        ("GET", "/v1/openapi.json", None, Some("viewer")),
+        ("GET", "/v1/streams", None, Some("viewer")),
+        ("GET", "/v1/streams/cam-1", None, Some("viewer")),
+        ("POST", "/v1/streams", Some(add_body), Some("operator")),
+        ("DELETE", "/v1/streams/cam-1", None, Some("operator")),
+    ];
+    for (method, path, body, need) in routes {
+        for (token, role) in
+            [(None, None), (Some("not-a-valid-token-at-all"), None), (Some(VIEWER), Some("viewer")), (Some(OPERATOR), Some("operator"))]
+        {
+            let (code, text) = call(method, path, token, body);
+            let want_denied = match (need, role) {
+                (None, _) => None,
+                (Some(_), None) => Some(401),
+                (Some("operator"), Some("viewer")) => Some(403),
+                _ => None,
+            };
+            match want_denied {
+                Some(w) => {
+                    assert_eq!(code, w, "{method} {path} with {token:?}: {text}");
+                    assert_eq!(json_of(&text)["status"], w);
+                }
+                // Allowed: anything but an auth refusal (a GET of cam-1 before it exists is a 404).
+                None => assert!(![401, 403].contains(&code) && code != 0, "{method} {path} with {token:?}: {code} {text}"),
+            }
+            assert!(!text.contains("hunter2-secret"), "a password in a response to {method} {path}: {text}");
+        }
+    }
+    // The admin token (from the environment) may do everything.
+    let (code, st) = call("POST", "/v1/streams", Some(ADMIN), Some(add_body));
+    assert_eq!(code, 201, "{st}");
+    assert_eq!(json_of(&st)["uri"], "rtsp://admin:***@127.0.0.1:9/cam");
+    std::thread::sleep(Duration::from_millis(1500));
+    for path in ["/v1/streams", "/v1/streams/cam-1", "/v1/pipeline", "/metrics", "/readyz?verbose"] {
+        let (code, text) = call("GET", path, Some(ADMIN), None);
+        assert_eq!(code, 200, "{path}: {text}");
+        assert!(!text.contains("hunter2-secret"), "a password in {path}: {text}");
+    }
+    // Plain HTTP to the TLS listener fails cleanly, and the server goes on serving.
+    let (code, _) = curl(&format!("http://127.0.0.1:{}/healthz", s.port), &[]);
+    assert_ne!(code, 200);
+    assert_eq!(call("GET", "/healthz", None, None).0, 200);
+    // An unknown CA is refused by the client: the certificate really is the one made here.
+    assert_eq!(curl(&s.url("/healthz"), &[]).0, 0);
+    let log = s.log();
+    assert!(!log.contains("hunter2-secret") && !log.contains(ADMIN) && !log.contains(OPERATOR), "a secret in the log:\n{log}");
+}
+
+#[test]
+fn client_certificates_are_required_with_a_client_ca() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let pipeline = r#"
+[pipeline]
+api = { tls = { cert = "{dir}/server.crt", key = "{dir}/server.key", client_ca = "{dir}/ca.crt" } }
+
+[sources.cams]
+kind = "rtsp"
+dynamic = true
+uri = "rtsp://127.0.0.1:9/cam"
+
+[sinks.out]
+kind = "null"
+inputs = ["cams"]
+"#;
+    let s = Serve::start_in(dir, pipeline, &[]);
+    let ca = s.path("ca.crt").to_string_lossy().into_owned();
+    let (cert, key) = (s.path("client.crt").to_string_lossy().into_owned(), s.path("client.key").to_string_lossy().into_owned());
+    assert_eq!(curl(&s.url("/v1/streams"), &["--cacert", &ca]).0, 0, "no client certificate: the handshake fails");
+    let (code, body) = curl(&s.url("/v1/streams"), &["--cacert", &ca, "--cert", &cert, "--key", &key]);
+    assert_eq!((code, json_of(&body)), (200, json!({ "streams": [] })));
+    // gRPC and HTTP/2 are offered on the same port.
+    let (code, _) = curl(&s.url("/healthz"), &["--http2", "--cacert", &ca, "--cert", &cert, "--key", &key, "-o", "/dev/null"]);
+    assert_eq!(code, 200);
+}
+
+#[test]
+fn schemathesis_finds_no_server_error_and_no_response_off_the_schema() {
+    let _g = serial();
+    let st = root().join(".deps/schemathesis-venv/bin/st");
+    assert!(st.exists(), "{} is missing: run scripts/fetch-schemathesis.sh (scripts/setup.sh does)", st.display());
+    let pipeline = r#"
+[pipeline]
+api = { tokens = [{ role = "admin", token = "schemathesis-admin-token" }] }
+
+[sources.cams]
+kind = "rtsp"
+dynamic = true
+allow = ["uri", "required"]
+uri = "rtsp://127.0.0.1:9/cam"
+wait_at_start = true
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["cams"]
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    let s = Serve::start(pipeline, &[]);
+    let o = Command::new(&st)
+        .args(["run", &s.url("/v1/openapi.json")])
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance",
+        ])
+        .args(["--header", "Authorization: Bearer schemathesis-admin-token"])
+        .args(["--exclude-path", "/v1/results", "--max-examples", "25", "--request-timeout", "15", "--seed", "1"])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run schemathesis");
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "schemathesis found problems:\n{out}");
+    assert!(out.contains("passed"), "{out}");
+    assert!(!out.contains("No operations"), "{out}");
+}

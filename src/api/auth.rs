@@ -7,7 +7,7 @@
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use super::{ApiState, error};
@@ -51,6 +51,9 @@ impl std::fmt::Debug for Auth {
         write!(f, "Auth({} tokens)", self.tokens.len())
     }
 }
+
+/// The most of a refused request's body read before answering.
+const REFUSED_BODY: usize = 1 << 20;
 
 /// Tokens shorter than this are refused: they could be guessed.
 pub const MIN_TOKEN: usize = 16;
@@ -139,21 +142,30 @@ pub async fn require(State(state): State<ApiState>, req: Request, next: Next) ->
     if state.auth.is_open() {
         return next.run(req).await;
     }
-    let token = req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")).map(|t| t.trim_ascii());
+    let token =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")).map(|t| t.trim_ascii().to_vec());
     let unauthorized = |msg: &str| {
         let mut r = error(StatusCode::UNAUTHORIZED, msg);
         r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
         r
     };
-    let Some(token) = token else {
-        return unauthorized("a bearer token is needed: send `Authorization: Bearer TOKEN`");
+    let verdict = match token {
+        None => Err(unauthorized("a bearer token is needed: send `Authorization: Bearer TOKEN`")),
+        Some(token) => match state.auth.role_of(&token) {
+            None => Err(unauthorized("the bearer token is not valid")),
+            Some(role) if role < need => {
+                Err(error(StatusCode::FORBIDDEN, format!("this needs the `{}` role; the token has `{}`", need.name(), role.name())))
+            }
+            Some(_) => Ok(()),
+        },
     };
-    match state.auth.role_of(token) {
-        None => unauthorized("the bearer token is not valid"),
-        Some(role) if role < need => {
-            error(StatusCode::FORBIDDEN, format!("this needs the `{}` role; the token has `{}`", need.name(), role.name())).into_response()
+    match verdict {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            // Read what the client sends first (bounded): an HTTP/2 answer before the body would reset the stream and lose it.
+            let _ = axum::body::to_bytes(req.into_body(), REFUSED_BODY).await;
+            r
         }
-        Some(_) => next.run(req).await,
     }
 }
 
