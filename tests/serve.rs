@@ -319,7 +319,7 @@ fn cameras_added_and_removed_fifty_times_while_two_others_run() {
 fn bad_requests_get_4xx_with_what_to_fix_and_disturb_nothing() {
     let _g = serial();
     let _cam = Camera::start(18591);
-    let s = Serve::start(&CAMERAS.replace("18590", "18591"), &[]);
+    let mut s = Serve::start(&CAMERAS.replace("18590", "18591"), &[]);
     let (code, st) = add(&s, json!({ "source": "cams", "id": "door" }));
     assert_eq!(code, 201, "{st}");
     wait_for("door running", Duration::from_secs(20), || stream_status(s.port, "door")["state"] == "running");
@@ -388,6 +388,9 @@ fn bad_requests_get_4xx_with_what_to_fix_and_disturb_nothing() {
     let (code, body) = curl(&s.url("/metrics"), &[]);
     assert_eq!(code, 200);
     assert!(body.contains("stream=\"door\""), "per-stream metric labels for an added stream:\n{body}");
+    // SIGTERM drains and exits as `run` does.
+    assert_eq!(s.stop(), Some(143), "{}", s.log());
+    assert!(s.log().contains("all accounted for"), "{}", s.log());
 }
 
 #[test]

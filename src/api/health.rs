@@ -54,7 +54,7 @@ async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     let openmetrics = headers.get_all(header::ACCEPT).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("application/openmetrics-text")));
     match crate::metrics::server::encode(&s.metrics, openmetrics) {
         Ok((content_type, body)) => ([(header::CONTENT_TYPE, content_type)], body).into_response(),
-        Err(()) => error(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics"),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics"),
     }
 }
 

@@ -446,6 +446,12 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, qu
             }
         }
         all.0.append(&mut graph::check_machine(&cfg, true).0);
+        // `serve`'s API settings: address, tokens, TLS files.
+        if cfg.settings.api.is_some()
+            && let Err(d) = infer_stream::api::ApiSettings::from_config(&cfg, None)
+        {
+            all.push(d);
+        }
         if !no_models {
             let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };
             let mut models = stages::ModelIo::new();

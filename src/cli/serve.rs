@@ -46,6 +46,11 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
         }
     };
     let metrics = Metrics::new();
+    // `[pipeline] metrics_addr` still serves its own port too (the API has `/metrics` as well).
+    let metrics_server = match super::start_metrics(&cfg, None, &metrics) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
     let bodies = match build_checked(&cfg, &graph, &opts) {
         Ok(b) => b,
         Err(d) => return Ok(print_diags(&d)),
@@ -80,6 +85,9 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
         }
     }
     server.stop(Duration::from_secs(1));
+    if let Some(m) = metrics_server {
+        m.stop();
+    }
     if !quiet {
         eprintln!("{}", report.render());
     }

@@ -179,13 +179,13 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Option<String>> {
 }
 
 /// `/metrics` of `metrics` as OpenMetrics (what Prometheus asks for) or the 0.0.4 text format: (content type, body).
-pub fn encode(metrics: &Arc<Metrics>, openmetrics: bool) -> Result<(&'static str, String), ()> {
+pub fn encode(metrics: &Arc<Metrics>, openmetrics: bool) -> Result<(&'static str, String), std::fmt::Error> {
     let registry = Metrics::registry(metrics);
     let mut body = String::new();
     if openmetrics {
-        text::encode(&mut body, &registry).map(|()| (OPENMETRICS, body)).map_err(|_| ())
+        text::encode(&mut body, &registry).map(|()| (OPENMETRICS, body))
     } else {
-        prometheus_text::encode(&mut body, &registry).map(|()| (prometheus_text::CONTENT_TYPE, body)).map_err(|_| ())
+        prometheus_text::encode(&mut body, &registry).map(|()| (prometheus_text::CONTENT_TYPE, body))
     }
 }
 

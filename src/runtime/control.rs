@@ -16,6 +16,9 @@ use super::{NodeStats, Shutdown};
 use crate::config::{Restart, Role};
 use crate::frame::InputEnd;
 
+/// A source's restart policy: (policy, most restarts, first wait).
+pub type RestartPolicy = (Restart, Option<u32>, Duration);
+
 /// Why the API's request to the runtime was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -245,7 +248,7 @@ pub struct Control {
     results: Arc<ResultsHub>,
     shutdown: Mutex<Option<Arc<Shutdown>>>,
     started: Instant,
-    index_of: BTreeMap<String, (u32, (Restart, Option<u32>, Duration))>,
+    index_of: BTreeMap<String, (u32, RestartPolicy)>,
 }
 
 /// Stream ids: they name files (`{stream}`) and metric labels.
@@ -265,7 +268,7 @@ impl Control {
         name: String,
         shapes: Vec<NodeShape>,
         nodes: Vec<Arc<NodeStats>>,
-        templates: Vec<(u32, (Restart, Option<u32>, Duration), Arc<Template>)>,
+        templates: Vec<(u32, RestartPolicy, Arc<Template>)>,
         statics: Vec<(Arc<NodeStats>, String, bool)>,
         results: Arc<ResultsHub>,
     ) -> Arc<Self> {

@@ -671,7 +671,7 @@ fn drive_source(
     let (policy, max_restarts, first_wait) = restart;
     let mut restarts = 0u32;
     let mut wait = first_wait;
-    let err = loop {
+    loop {
         let r = catch_unwind(AssertUnwindSafe(|| src.run(ctx)));
         let err = match r {
             Ok(Ok(())) => None,
@@ -723,8 +723,7 @@ fn drive_source(
                 }
             }
         }
-    };
-    err
+    }
 }
 
 /// What connects a node to the ends of streams.

@@ -3,7 +3,7 @@
 //! table with the keys the request sets (only those `allow` names), checked
 //! as the pipeline file would be, and built as its own source.
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
@@ -68,7 +68,7 @@ pub fn build(
 
 #[allow(clippy::too_many_arguments)]
 fn prepare(
-    file: &PathBuf,
+    file: &Path,
     template: &str,
     kind: &'static str,
     settings: &toml::Table,
