@@ -34,6 +34,8 @@ PKGS=(
   postgresql
   # the container image test: podman with runc, a Debian base made by debootstrap
   podman runc debootstrap uidmap slirp4netns fuse-overlayfs
+  # the service API's tests: certificates made at test time, a real HTTP client
+  openssl curl
 )
 
 # dpkg-query prints "name status" for known packages; anything not

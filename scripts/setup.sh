@@ -11,3 +11,4 @@ scripts/make-samples.sh
 scripts/fetch-eval-deps.sh
 scripts/fetch-brokers.sh
 scripts/fetch-deploy-tools.sh
+scripts/fetch-schemathesis.sh

@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod analytics;
+pub mod api;
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;

@@ -11,6 +11,7 @@ pub mod gst;
 pub mod images;
 pub mod kafka;
 pub mod rtsp;
+pub mod template;
 pub mod testsrc;
 
 use std::sync::{Arc, OnceLock};
