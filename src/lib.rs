@@ -7,6 +7,7 @@
 //! - [`frame`] is what flows: a decoded image, its metadata and the results stages attach;
 //! - [`stages`] are the sources, preprocess, inference, postprocess and sinks;
 //! - [`track`] follows detected objects from frame to frame (ByteTrack);
+//! - [`bus`] delivers results to message brokers (Kafka, MQTT): memory buffer, disk spool, accounting;
 //! - [`metrics`] serves those same counters to Prometheus, with health checks;
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
@@ -16,6 +17,7 @@
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;
+pub mod bus;
 pub mod config;
 pub mod doctor;
 pub mod frame;

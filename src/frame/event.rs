@@ -33,6 +33,10 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// Version of the frame and event JSON (docs/messages.schema.json): the
+/// `schema` field of every object the ndjson, Kafka and MQTT sinks write.
+pub const SCHEMA_VERSION: u64 = 1;
+
 /// Milliseconds since the Unix epoch, now.
 pub fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -51,9 +55,9 @@ impl Event {
         }
     }
 
-    /// The JSON object sinks write: `{"stream", "event", ..., "at_ms"}`.
+    /// The JSON object sinks write: `{"schema", "stream", "event", ..., "at_ms"}`.
     pub fn to_json(&self) -> Value {
-        let mut v = json!({ "stream": &*self.stream, "event": self.name() });
+        let mut v = json!({ "schema": SCHEMA_VERSION, "stream": &*self.stream, "event": self.name() });
         match &self.kind {
             EventKind::Lost { reason } => v["reason"] = json!(reason),
             EventKind::Reconnected { gap_ms, attempts } => {
@@ -73,8 +77,8 @@ mod tests {
     #[test]
     fn json_lines() {
         let lost = Event { stream: Arc::from("cam"), at_ms: 5, kind: EventKind::Lost { reason: "end of stream".into() } };
-        assert_eq!(lost.to_json().to_string(), r#"{"stream":"cam","event":"lost","reason":"end of stream","at_ms":5}"#);
+        assert_eq!(lost.to_json().to_string(), r#"{"schema":1,"stream":"cam","event":"lost","reason":"end of stream","at_ms":5}"#);
         let back = Event { stream: Arc::from("cam"), at_ms: 9, kind: EventKind::Reconnected { gap_ms: 4, attempts: 2 } };
-        assert_eq!(back.to_json().to_string(), r#"{"stream":"cam","event":"reconnected","gap_ms":4,"attempts":2,"at_ms":9}"#);
+        assert_eq!(back.to_json().to_string(), r#"{"schema":1,"stream":"cam","event":"reconnected","gap_ms":4,"attempts":2,"at_ms":9}"#);
     }
 }

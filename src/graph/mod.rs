@@ -70,7 +70,13 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Detection(_) | NodeKind::Detections(_) => DataType::Objects,
         NodeKind::Track(_) => DataType::Tracks,
         NodeKind::Classification(_) => DataType::Classes,
-        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) | NodeKind::Video(_) => DataType::Nothing,
+        NodeKind::Ndjson(_)
+        | NodeKind::Null(_)
+        | NodeKind::Subtitles(_)
+        | NodeKind::Images(_)
+        | NodeKind::Video(_)
+        | NodeKind::Kafka(_)
+        | NodeKind::Mqtt(_) => DataType::Nothing,
     }
 }
 

@@ -457,6 +457,11 @@ impl Pipeline {
             if let Body::Source(s) = &nodes[i].body {
                 st.required.store(s.required(), std::sync::atomic::Ordering::Relaxed);
             }
+            if let Body::Sink(s) = &nodes[i].body
+                && let Some(d) = s.delivery()
+            {
+                let _ = st.delivery.set(d);
+            }
         }
         Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None }
     }

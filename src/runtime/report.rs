@@ -72,6 +72,9 @@ pub struct NodeReport {
     pub loops: u64,
     /// Sinks: frames not delivered while a server output was unreachable.
     pub undelivered: u64,
+    /// Message-bus sinks (Kafka, MQTT): delivered, retried, spooled, spool bytes, latency, errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::bus::DeliveryReport>,
 }
 
 /// Everything a run reports.
@@ -202,6 +205,7 @@ impl RunReport {
                     longest_gap_ms: s.longest_gap_ms.load(Ordering::Relaxed),
                     loops: s.loops.load(Ordering::Relaxed),
                     undelivered: s.undelivered.load(Ordering::Relaxed),
+                    delivery: s.delivery.get().map(|d| d.report()),
                 }
             })
             .collect();
@@ -287,6 +291,21 @@ impl RunReport {
                 "{}: output lost {}×, reconnected {}×; {} frame(s) not delivered while it was unreachable",
                 n.name, n.stream_lost, n.reconnects, n.undelivered
             );
+        }
+        for n in &self.nodes {
+            let Some(d) = &n.delivery else { continue };
+            let _ = write!(
+                s,
+                "{}: delivered {}, retried {}, spooled {}, spool {} bytes, errors {}; delivery latency p50 {:.1} ms, p99 {:.1} ms",
+                n.name, d.delivered, d.retried, d.spooled, d.spool_bytes, d.errors, d.latency_p50_ms, d.latency_p99_ms
+            );
+            if d.dropped > 0 {
+                let _ = write!(s, "; {} dropped (spool full)", d.dropped);
+            }
+            if d.left_in_spool > 0 {
+                let _ = write!(s, "; {} undelivered, kept in the spool for the next run", d.left_in_spool);
+            }
+            s.push('\n');
         }
         for n in self.nodes.iter().filter(|n| n.role != "sink" && n.stream_lost > 0) {
             let _ = writeln!(

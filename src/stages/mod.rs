@@ -106,6 +106,10 @@ pub trait Sink: Send {
     fn output_losses(&self) -> OutputLosses {
         OutputLosses::default()
     }
+    /// Message-bus sinks: their live delivery counters (summary, report, `/metrics`).
+    fn delivery(&self) -> Option<Arc<crate::bus::Delivery>> {
+        None
+    }
 }
 
 /// What a sink's server outputs lost during a run.
@@ -342,6 +346,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 sinks::video::VideoSink::build(cfg, &node.name, c, &streams).map(|s| Body::Sink(Box::new(s)))
             }
             NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Kafka(c) => sinks::kafka::KafkaSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Mqtt(c) => sinks::mqtt::MqttSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
         };
         match body {
             Ok(b) => bodies.push(b),
