@@ -30,7 +30,7 @@ impl ClientContext for Reports {
     fn error(&self, error: KafkaError, reason: &str) {
         let reason = mask_credentials(reason).into_owned();
         match error.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::AllBrokersDown) => {
+            Some(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure) => {
                 let _ = self.notes.send(Note::Down(reason));
             }
             _ => tracing::debug!("librdkafka: {error}: {reason}"),
