@@ -192,6 +192,9 @@ fn a_broker_killed_mid_run_and_restarted_loses_nothing() {
     let mut broker = tansu(dir.path(), "memory://tansu/");
     create_topic(&broker, "live");
     let frames = 300;
+    // Tansu in memory also forgets producer ids with its restart, which stalls the
+    // idempotent producer (nothing is lost: it all stays in the spool); here one
+    // request in flight keeps the order instead.
     let text = testsrc(frames, 20) + &kafka_sink(&broker.addr(), "live", &dir.path().join("spool"), "buffer_messages = 40\nflush_timeout_ms = 20000\nidempotent = false\nclient = { \"max.in.flight.requests.per.connection\" = \"1\" }\nqueue = { when_full = \"block\" }\n");
     let p = dir.path().join("live.toml");
     std::fs::write(&p, &text).unwrap();
