@@ -122,7 +122,7 @@ fn results_and_events_on_their_topics_and_a_broker_restart_loses_nothing() {
         s.dedup();
         s.len() as u64 == frames
     };
-    assert!(wait_for(Duration::from_secs(20), || all_there(&got)), "missing frames: got {:?}", results(&got));
+    assert!(wait_for(Duration::from_secs(20), || all_there(&got)), "missing frames: got {:?}\nmosquitto:\n{}", results(&got), broker.log_text());
     let seqs = results(&got);
     let mut seen = std::collections::HashSet::new();
     let firsts: Vec<u64> = seqs.iter().copied().filter(|s| seen.insert(*s)).collect();

@@ -138,7 +138,9 @@ pub fn mosquitto_persistent(dir: &Path) -> Broker {
     std::fs::write(
         &conf,
         format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}\nmax_queued_messages 100000\n",
+            // `user root`: started as root, mosquitto would switch to its own user, which cannot write here.
+            "listener {port} 127.0.0.1\nallow_anonymous true\nuser root\npersistence true\npersistence_location {}\n\
+             max_queued_messages 100000\nlog_dest stderr\n",
             data.display()
         ),
     )
