@@ -38,7 +38,10 @@ fn consume(broker: &str, topic: &str, want: usize, quiet: Duration, within: Dura
         }
         if t0.elapsed() >= within {
             let md = c.fetch_metadata(None, Duration::from_secs(2));
-            let seen: Vec<String> = md.iter().flat_map(|m| m.topics().iter().map(|t| format!("{} {:?} {}", t.name(), t.error(), t.partitions().len()))).collect();
+            let seen: Vec<String> = md
+                .iter()
+                .flat_map(|m| m.topics().iter().map(|t| format!("{} {:?} {}", t.name(), t.error(), t.partitions().len())))
+                .collect();
             panic!("topic {topic} never appeared; the broker has {seen:?}");
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -70,7 +73,8 @@ fn consume(broker: &str, topic: &str, want: usize, quiet: Duration, within: Dura
 
 /// The schema validator for docs/messages.schema.json.
 fn validator() -> impl Fn(&serde_json::Value) {
-    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join("docs/messages.schema.json")).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("docs/messages.schema.json")).unwrap()).unwrap();
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();
     compiler.add_resource("messages.schema.json", schema).unwrap();
@@ -195,7 +199,13 @@ fn a_broker_killed_mid_run_and_restarted_loses_nothing() {
     // Tansu in memory also forgets producer ids with its restart, which stalls the
     // idempotent producer (nothing is lost: it all stays in the spool); here one
     // request in flight keeps the order instead.
-    let text = testsrc(frames, 20) + &kafka_sink(&broker.addr(), "live", &dir.path().join("spool"), "buffer_messages = 40\nflush_timeout_ms = 20000\nidempotent = false\nclient = { \"max.in.flight.requests.per.connection\" = \"1\" }\nqueue = { when_full = \"block\" }\n");
+    let text = testsrc(frames, 20)
+        + &kafka_sink(
+            &broker.addr(),
+            "live",
+            &dir.path().join("spool"),
+            "buffer_messages = 40\nflush_timeout_ms = 20000\nidempotent = false\nclient = { \"max.in.flight.requests.per.connection\" = \"1\" }\nqueue = { when_full = \"block\" }\n",
+        );
     let p = dir.path().join("live.toml");
     std::fs::write(&p, &text).unwrap();
     let child = spawn(&p, dir.path());
@@ -268,7 +278,10 @@ fn sigterm_while_the_broker_is_down_exits_in_time_and_the_next_run_sends_the_spo
     assert_eq!(code, Some(143), "{err}");
     assert!(took < Duration::from_millis(flush_ms + 1000), "exited {took:?} after SIGTERM (flush_timeout_ms = {flush_ms})\n{err}");
     let line = delivery_line(&err, "bus");
-    let left = line.split("; ").find_map(|s| s.strip_suffix(" undelivered, kept in the spool for the next run")).unwrap_or_else(|| panic!("{line}"));
+    let left = line
+        .split("; ")
+        .find_map(|s| s.strip_suffix(" undelivered, kept in the spool for the next run"))
+        .unwrap_or_else(|| panic!("{line}"));
     let left: u64 = left.parse().unwrap();
     let (decoded, _, _, _) = accounting(&err);
     assert_eq!(left, decoded, "every frame's message waits in the spool: {line}");

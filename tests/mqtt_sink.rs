@@ -92,7 +92,8 @@ fn results_and_events_on_their_topics_and_a_broker_restart_loses_nothing() {
     let (_client, got) = subscribe(broker.port, "watcher", "site/#");
     let frames = 160;
     let p = dir.path().join("m.toml");
-    std::fs::write(&p, pipeline(broker.port, &dir.path().join("spool"), frames, "buffer_messages = 20\nflush_timeout_ms = 20000\n")).unwrap();
+    std::fs::write(&p, pipeline(broker.port, &dir.path().join("spool"), frames, "buffer_messages = 20\nflush_timeout_ms = 20000\n"))
+        .unwrap();
     let child = spawn(&p, dir.path());
     std::thread::sleep(Duration::from_secs(3));
     broker.stop();
@@ -122,7 +123,12 @@ fn results_and_events_on_their_topics_and_a_broker_restart_loses_nothing() {
         s.dedup();
         s.len() as u64 == frames
     };
-    assert!(wait_for(Duration::from_secs(20), || all_there(&got)), "missing frames: got {:?}\nmosquitto:\n{}", results(&got), broker.log_text());
+    assert!(
+        wait_for(Duration::from_secs(20), || all_there(&got)),
+        "missing frames: got {:?}\nmosquitto:\n{}",
+        results(&got),
+        broker.log_text()
+    );
     let seqs = results(&got);
     let mut seen = std::collections::HashSet::new();
     let firsts: Vec<u64> = seqs.iter().copied().filter(|s| seen.insert(*s)).collect();
@@ -135,7 +141,11 @@ fn results_and_events_on_their_topics_and_a_broker_restart_loses_nothing() {
     assert!(events.iter().any(|e| e["event"] == "lost" && e["stream"] == "door" && e["schema"] == 1), "{events:?}");
     assert!(g.iter().all(|(t, _, _)| t != "site/door/results"), "the missing camera has no frames");
     assert!(g.iter().any(|(t, b, _)| t == "site/available" && b == b"online"), "online on connecting");
-    assert_eq!(g.iter().rev().find(|(t, _, _)| t == "site/available").map(|(_, b, _)| b.as_slice()), Some(&b"offline"[..]), "offline at the end");
+    assert_eq!(
+        g.iter().rev().find(|(t, _, _)| t == "site/available").map(|(_, b, _)| b.as_slice()),
+        Some(&b"offline"[..]),
+        "offline at the end"
+    );
 }
 
 #[test]
@@ -154,5 +164,9 @@ fn the_last_will_says_offline_when_the_process_is_killed() {
     assert!(wait_for(Duration::from_secs(10), || said(&got, b"offline")), "the will was not published: {:?}", got.lock().unwrap());
     // Retained: a client that comes later is told too.
     let (_c2, later) = subscribe(broker.port, "latecomer", "site/available");
-    assert!(wait_for(Duration::from_secs(5), || later.lock().unwrap().iter().any(|(_, b, r)| b == b"offline" && *r)), "{:?}", later.lock().unwrap());
+    assert!(
+        wait_for(Duration::from_secs(5), || later.lock().unwrap().iter().any(|(_, b, r)| b == b"offline" && *r)),
+        "{:?}",
+        later.lock().unwrap()
+    );
 }

@@ -95,7 +95,9 @@ impl Delivery {
         let (p50, p99) = self
             .latency
             .lock()
-            .map(|h| if h.is_empty() { (0.0, 0.0) } else { (h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3) })
+            .map(
+                |h| if h.is_empty() { (0.0, 0.0) } else { (h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3) },
+            )
             .unwrap_or_default();
         DeliveryReport {
             delivered: g(&self.delivered),

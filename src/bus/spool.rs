@@ -61,7 +61,7 @@ pub struct Spool {
     file: File,
     /// Length of the file (every record whole).
     len: u64,
-    /// First record not yet handed back by [`Spool::next`].
+    /// First record not yet handed back by [`Spool::next_batch`].
     read_at: u64,
     /// First record not yet acknowledged (the head file's value).
     head: u64,
@@ -140,7 +140,10 @@ impl Spool {
         let file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(io(path))?;
         let head_path = path.with_extension("head");
         let file_len = file.metadata().map_err(io(path))?.len();
-        let head = std::fs::read(&head_path).ok().and_then(|b| b.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))).unwrap_or(0);
+        let head = std::fs::read(&head_path)
+            .ok()
+            .and_then(|b| b.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))))
+            .unwrap_or(0);
         // Scan every record: the whole ones up to the first torn one count.
         let mut r = std::io::BufReader::new(File::open(path).map_err(io(path))?);
         let (mut at, mut pending) = (0u64, Vec::new());
@@ -187,7 +190,7 @@ impl Spool {
         self.len - self.head
     }
 
-    /// Whether records wait to be handed out by [`Spool::next`].
+    /// Whether records wait to be handed out by [`Spool::next_batch`].
     pub fn has_unread(&self) -> bool {
         self.read_at < self.len
     }
@@ -226,26 +229,6 @@ impl Spool {
     /// fsync when the oldest unsynced append is older than the interval.
     pub fn sync_if_due(&mut self) -> Result<(), SpoolError> {
         if self.unsynced > 0 && self.last_sync.elapsed() >= self.sync_interval { self.sync() } else { Ok(()) }
-    }
-
-    /// The next record not yet handed out, in order.
-    pub fn next(&mut self) -> Result<Option<Record>, SpoolError> {
-        if !self.has_unread() {
-            return Ok(None);
-        }
-        let mut f = File::open(&self.path).map_err(io(&self.path))?;
-        f.seek(SeekFrom::Start(self.read_at)).map_err(io(&self.path))?;
-        match read_record(&mut std::io::BufReader::new(f), self.read_at, self.len).map_err(io(&self.path))? {
-            Some((token, msg, end)) => {
-                self.read_at = end;
-                Ok(Some(Record { token, msg: Arc::new(msg), end }))
-            }
-            None => {
-                // Cannot happen for records this process wrote or checked; skip to the end rather than loop.
-                self.read_at = self.len;
-                Ok(None)
-            }
-        }
     }
 
     /// Up to `n` next records, read with one open.

@@ -358,7 +358,8 @@ impl Collector for Metrics {
             }),
         )?;
         // Message-bus sinks (Kafka, MQTT): delivery and the spool.
-        let bus: Vec<(&NodeStats, &Arc<crate::bus::Delivery>)> = w.nodes.iter().filter_map(|s| s.delivery.get().map(|d| (s.as_ref(), d))).collect();
+        let bus: Vec<(&NodeStats, &Arc<crate::bus::Delivery>)> =
+            w.nodes.iter().filter_map(|s| s.delivery.get().map(|d| (s.as_ref(), d))).collect();
         for (name, help, pick) in [
             (
                 "infer_stream_sink_delivered",
@@ -404,7 +405,9 @@ impl Collector for Metrics {
             )?;
             for (s, d) in &bus {
                 let (sum, count, buckets) = latency_buckets(&d.latency.lock().unwrap_or_else(|e| e.into_inner()));
-                family.encode_family(&[("pipeline", p), ("sink", s.name.as_str())])?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+                family
+                    .encode_family(&[("pipeline", p), ("sink", s.name.as_str())])?
+                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
             }
         }
         // Batch sizes formed by batching stages.

@@ -108,13 +108,16 @@ pub fn client_config(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfi
         .set("max.in.flight.requests.per.connection", "5")
         // Retried until the broker has it: an unreachable broker delays, never drops.
         .set("message.timeout.ms", "0")
-        .set("compression.type", match c.compression {
-            KafkaCompression::None => "none",
-            KafkaCompression::Gzip => "gzip",
-            KafkaCompression::Snappy => "snappy",
-            KafkaCompression::Lz4 => "lz4",
-            KafkaCompression::Zstd => "zstd",
-        })
+        .set(
+            "compression.type",
+            match c.compression {
+                KafkaCompression::None => "none",
+                KafkaCompression::Gzip => "gzip",
+                KafkaCompression::Snappy => "snappy",
+                KafkaCompression::Lz4 => "lz4",
+                KafkaCompression::Zstd => "zstd",
+            },
+        )
         .set("linger.ms", c.linger_ms.to_string())
         .set("queue.buffering.max.messages", (buffer + 1000).min(10_000_000).to_string())
         .set("reconnect.backoff.ms", "100")
@@ -179,7 +182,9 @@ impl KafkaSink {
         };
         let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
         let outbox = Outbox::open(&node.name, Producer { producer: Some(producer) }, rx, &spool, limits, Arc::new(Delivery::default()))
-            .map_err(|e| cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name)))?;
+            .map_err(|e| {
+                cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name))
+            })?;
         Ok(KafkaSink {
             name: node.name.clone(),
             topic: cfg.expand(&c.topic)?,

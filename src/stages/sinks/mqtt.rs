@@ -309,7 +309,9 @@ impl MqttSink {
         };
         let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
         let outbox = Outbox::open(&node.name, Driver { tx, thread: Some(thread) }, notes_rx, &spool, limits, Arc::new(Delivery::default()))
-            .map_err(|e| cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name)))?;
+            .map_err(|e| {
+                cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name))
+            })?;
         Ok(MqttSink {
             name: node.name.clone(),
             broker: mask_credentials(&broker_text).into_owned(),
