@@ -458,6 +458,69 @@ impl<T: Transport> Outbox<T> {
     }
 }
 
+/// `host:port`, `mqtt://host[:port]` or `mqtts://host[:port]` → (host, port, TLS).
+pub fn parse_mqtt_broker(s: &str) -> Result<(String, u16, bool), String> {
+    let (rest, tls) = match s.split_once("://") {
+        Some(("mqtt" | "tcp", r)) => (r, false),
+        Some(("mqtts" | "ssl", r)) => (r, true),
+        Some((scheme, _)) => return Err(format!("unknown scheme `{scheme}://` (mqtt:// or mqtts://)")),
+        None => (s, false),
+    };
+    let rest = rest.trim_end_matches('/');
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().map_err(|_| format!("bad port `{p}`"))?),
+        None => (rest, if tls { 8883 } else { 1883 }),
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    Ok((host.trim_matches(|c| c == '[' || c == ']').to_string(), port, tls))
+}
+
+/// The bus sinks' settings that can be checked before the run (`validate`
+/// included; the broker itself is not contacted): the idempotent producer
+/// with `acks` other than `all`, a Kafka topic with characters Kafka refuses,
+/// an MQTT broker address that does not parse, a prefix with `+` or `#`.
+pub fn check_settings(cfg: &crate::config::PipelineConfig, node: &crate::config::NodeConfig) -> Vec<crate::config::Diagnostic> {
+    use crate::config::{KafkaAcks, NodeKind};
+    let mut d = Vec::new();
+    match &node.kind {
+        NodeKind::Kafka(c) => {
+            if c.idempotent && c.acks != KafkaAcks::All {
+                d.push(
+                    cfg.diag(node.kind_span.clone(), format!("sink `{}`: the idempotent producer needs acks = \"all\"", node.name))
+                        .with_help("leave `acks` out (all), or set `idempotent = false`"),
+                );
+            }
+            if let Ok(t) = cfg.expand(&c.topic) {
+                let bare = t.replace("{stream}", "");
+                if t.is_empty() || t.len() > 249 || !bare.chars().all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch)) {
+                    d.push(
+                        cfg.diag(c.topic.span(), format!("sink `{}`: `{t}` is not a Kafka topic name", node.name))
+                            .with_help("use letters, digits, `.`, `_` and `-` (and `{stream}`), at most 249 characters"),
+                    );
+                }
+            }
+        }
+        NodeKind::Mqtt(c) => {
+            if let Ok(b) = cfg.expand(&c.broker)
+                && let Err(e) = parse_mqtt_broker(&b)
+            {
+                d.push(
+                    cfg.diag(c.broker.span(), format!("sink `{}`: broker `{}`: {e}", node.name, crate::config::mask_credentials(&b)))
+                        .with_help("write `host:port`, `mqtt://host:port` or `mqtts://host:port`"),
+                );
+            }
+            if c.prefix.get_ref().contains(['+', '#']) {
+                d.push(cfg.diag(c.prefix.span(), format!("sink `{}`: an MQTT topic prefix cannot hold `+` or `#`", node.name)));
+            }
+        }
+        _ => {}
+    }
+    d
+}
+
 /// The spool file of sink `sink`: `SPOOL_DIR/PIPELINE-SINK.spool`, the
 /// folder `spool_dir` (relative to the pipeline file) or `spool/` beside the
 /// pipeline file. Created now, so an unwritable one fails before the run.

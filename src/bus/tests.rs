@@ -101,3 +101,29 @@ fn a_full_spool_drops_new_messages_and_counts_them() {
     assert_eq!(1 + spooled + dropped, 10);
     assert!(stats.spool_bytes.load(Ordering::Relaxed) <= 64);
 }
+
+#[test]
+fn settings_are_checked_before_the_run_at_their_keys() {
+    let errors = |sink: &str| -> Vec<String> {
+        let src = format!("[sources.cam]\nkind = \"testsrc\"\n[sinks.bus]\ninputs = [\"cam\"]\n{sink}");
+        let cfg = crate::config::parse(std::path::Path::new("/p/p.toml"), src).unwrap();
+        match crate::graph::check(&cfg) {
+            Ok(_) => Vec::new(),
+            Err(d) => d.0.iter().map(|d| format!("{}:{} {}", d.line, d.column, d.message)).collect(),
+        }
+    };
+    let kafka = "kind = \"kafka\"\nbrokers = \"127.0.0.1:9\"\n";
+    assert_eq!(errors(&format!("{kafka}topic = \"r-{{stream}}\"\n")), Vec::<String>::new());
+    assert_eq!(errors(&format!("{kafka}topic = \"r\"\nacks = \"1\"\n")), ["5:8 sink `bus`: the idempotent producer needs acks = \"all\""]);
+    assert_eq!(errors(&format!("{kafka}topic = \"r\"\nacks = \"1\"\nidempotent = false\n")), Vec::<String>::new());
+    assert_eq!(errors(&format!("{kafka}topic = \"a b\"\n")), ["7:9 sink `bus`: `a b` is not a Kafka topic name"]);
+    assert_eq!(errors("kind = \"mqtt\"\nbroker = \"127.0.0.1:1883\"\n"), Vec::<String>::new());
+    assert_eq!(
+        errors("kind = \"mqtt\"\nbroker = \"http://h:1\"\n"),
+        ["6:10 sink `bus`: broker `http://h:1`: unknown scheme `http://` (mqtt:// or mqtts://)"]
+    );
+    assert_eq!(
+        errors("kind = \"mqtt\"\nbroker = \"h:1\"\nprefix = \"a/#\"\n"),
+        ["7:10 sink `bus`: an MQTT topic prefix cannot hold `+` or `#`"]
+    );
+}

@@ -553,6 +553,9 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
 
     check_video_sinks(cfg, &producers, &mut diags);
     check_output_files(cfg, &producers, &mut diags);
+    for node in &cfg.nodes {
+        diags.0.extend(crate::bus::check_settings(cfg, node));
+    }
 
     // Cycles: depth-first search; each cycle is reported once, as its chain.
     let order = match topo_order(&producers) {

@@ -204,32 +204,12 @@ pub struct MqttSink {
     body: Vec<u8>,
 }
 
-/// `host:port`, `mqtt://host[:port]` or `mqtts://host[:port]` → (host, port, TLS).
-fn parse_broker(s: &str) -> Result<(String, u16, bool), String> {
-    let (rest, tls) = match s.split_once("://") {
-        Some(("mqtt" | "tcp", r)) => (r, false),
-        Some(("mqtts" | "ssl", r)) => (r, true),
-        Some((scheme, _)) => return Err(format!("unknown scheme `{scheme}://` (mqtt:// or mqtts://)")),
-        None => (s, false),
-    };
-    let rest = rest.trim_end_matches('/');
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-    let (host, port) = match rest.rsplit_once(':') {
-        Some((h, p)) => (h, p.parse::<u16>().map_err(|_| format!("bad port `{p}`"))?),
-        None => (rest, if tls { 8883 } else { 1883 }),
-    };
-    if host.is_empty() {
-        return Err("no host".into());
-    }
-    Ok((host.trim_matches(|c| c == '[' || c == ']').to_string(), port, tls))
-}
-
 impl MqttSink {
     /// Settings are checked here; the broker is contacted by the client's
     /// thread (a broker down at start only delays delivery).
     pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &MqttSinkConfig) -> Result<Self, Diagnostic> {
         let broker_text = cfg.expand(&c.broker)?;
-        let (host, port, scheme_tls) = parse_broker(&broker_text).map_err(|e| {
+        let (host, port, scheme_tls) = crate::bus::parse_mqtt_broker(&broker_text).map_err(|e| {
             cfg.diag(c.broker.span(), format!("sink `{}`: broker `{}`: {e}", node.name, mask_credentials(&broker_text)))
                 .with_help("write `host:port`, `mqtt://host:port` or `mqtts://host:port`")
         })?;
@@ -373,7 +353,7 @@ impl Sink for MqttSink {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_broker;
+    use crate::bus::parse_mqtt_broker as parse_broker;
 
     #[test]
     fn broker_addresses() {
