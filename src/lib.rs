@@ -9,6 +9,7 @@
 //! - [`gating`] decides which frames an inference stage runs on (interval, motion);
 //! - [`track`] follows detected objects from frame to frame (ByteTrack);
 //! - [`analytics`] counts tracks crossing lines and entering and leaving zones;
+//! - [`bus`] delivers results to message brokers (Kafka, MQTT): memory buffer, disk spool, accounting;
 //! - [`metrics`] serves those same counters to Prometheus, with health checks;
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
@@ -21,6 +22,7 @@ pub mod api;
 pub mod backend;
 pub mod bench;
 pub mod capacity;
+pub mod bus;
 pub mod config;
 pub mod doctor;
 pub mod frame;

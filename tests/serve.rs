@@ -667,6 +667,8 @@ path = "{dir}/out/{stream}.ndjson"
         .args(["--header", "Authorization: Bearer schemathesis-admin-token"])
         .args(["--exclude-path", "/v1/results", "--max-examples", "25", "--request-timeout", "15", "--seed", "1"])
         .env("NO_COLOR", "1")
+        // Its cache (`.schemathesis/`) goes in the test's folder, not the checkout.
+        .current_dir(s.dir.path())
         .output()
         .expect("run schemathesis");
     let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));

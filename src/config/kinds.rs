@@ -36,7 +36,9 @@ pub enum NodeKind {
     Track(TrackConfig),
     Detections(DetectionsSourceConfig),
     Analytics(AnalyticsConfig),
-    Kafka(KafkaSourceConfig),
+    KafkaJobs(KafkaSourceConfig),
+    Kafka(KafkaSinkConfig),
+    Mqtt(MqttSinkConfig),
 }
 
 impl NodeKind {
@@ -66,7 +68,8 @@ impl NodeKind {
             NodeKind::Track(_) => "track",
             NodeKind::Detections(_) => "detections",
             NodeKind::Analytics(_) => "analytics",
-            NodeKind::Kafka(_) => "kafka",
+            NodeKind::KafkaJobs(_) | NodeKind::Kafka(_) => "kafka",
+            NodeKind::Mqtt(_) => "mqtt",
         }
     }
 }
@@ -85,7 +88,7 @@ const STAGE_KINDS: &[&str] = &[
     "track",
     "analytics",
 ];
-const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
+const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null", "kafka", "mqtt"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
     match role {
@@ -121,7 +124,9 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "track") => NodeKind::Track(TrackConfig::deserialize(d)?),
         (Role::Source, "detections") => NodeKind::Detections(DetectionsSourceConfig::deserialize(d)?),
         (Role::Stage, "analytics") => NodeKind::Analytics(AnalyticsConfig::deserialize(d)?),
-        (Role::Source, "kafka") => NodeKind::Kafka(KafkaSourceConfig::deserialize(d)?),
+        (Role::Source, "kafka") => NodeKind::KafkaJobs(KafkaSourceConfig::deserialize(d)?),
+        (Role::Sink, "kafka") => NodeKind::Kafka(KafkaSinkConfig::deserialize(d)?),
+        (Role::Sink, "mqtt") => NodeKind::Mqtt(MqttSinkConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -636,6 +641,13 @@ mod checked {
             0 => Err(de::Error::custom("0 threads: at least 1 (leave the key out for the default)")),
             n if n > MAX_THREADS => Err(too_many(n)),
             n => Ok(Some(n)),
+        }
+    }
+
+    pub fn qos<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+        match u8::deserialize(d)? {
+            q @ (0 | 1) => Ok(q),
+            q => Err(de::Error::custom(format!("qos = {q}: the MQTT sink sends at QoS 0 or 1"))),
         }
     }
 
@@ -1496,4 +1508,160 @@ impl ClientSetting {
             ClientSetting::Bool(b) => b.to_string(),
         }
     }
+}
+
+/// TLS files of a bus sink (`tls = { ca = "...", cert = "...", key = "..." }`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BusTlsConfig {
+    /// CA certificates (PEM) the broker's certificate is checked against.
+    pub ca: Option<Spanned<String>>,
+    /// Client certificate (PEM), for brokers that ask for one.
+    pub cert: Option<Spanned<String>>,
+    /// The client certificate's private key (PEM).
+    pub key: Option<Spanned<String>>,
+}
+
+/// SASL for the Kafka sink (`sasl = { mechanism = "PLAIN", username = "...", password = "${PW}" }`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSaslConfig {
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    #[serde(default = "sasl_mechanism")]
+    pub mechanism: Spanned<String>,
+    pub username: Spanned<String>,
+    /// Masked wherever it is shown; write `${ENV}` to keep it out of the file.
+    pub password: Spanned<String>,
+}
+
+fn sasl_mechanism() -> Spanned<String> {
+    Spanned::new(0..0, "PLAIN".into())
+}
+
+fn spool_max_bytes() -> u64 {
+    256 << 20
+}
+fn buffer_messages() -> usize {
+    10_000
+}
+fn flush_timeout_ms() -> u64 {
+    5_000
+}
+
+/// `kind = "kafka"`: one message per frame and per stream event, keyed by stream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSinkConfig {
+    /// `host:port[,host:port...]`.
+    pub brokers: Spanned<String>,
+    /// Topic; `{stream}` is replaced by the stream name (made topic-safe).
+    pub topic: Spanned<String>,
+    /// `all` (default), `1` or `0`.
+    #[serde(default)]
+    pub acks: KafkaAcks,
+    /// The idempotent producer (no duplicates from retries, order kept); default on.
+    #[serde(default = "yes")]
+    pub idempotent: bool,
+    /// `none` (default), `gzip`, `snappy`, `lz4` or `zstd`.
+    #[serde(default)]
+    pub compression: KafkaCompression,
+    /// How long the producer waits to fill a batch (librdkafka `linger.ms`).
+    #[serde(default = "kafka_linger")]
+    pub linger_ms: u64,
+    /// Largest batch in bytes (librdkafka `batch.size`).
+    pub batch_size: Option<u64>,
+    /// Send only frames with at least one result (events always go).
+    #[serde(default)]
+    pub only_with_results: bool,
+    pub tls: Option<BusTlsConfig>,
+    pub sasl: Option<KafkaSaslConfig>,
+    /// librdkafka properties passed through as written (`[sinks.x.client]`).
+    #[serde(default)]
+    pub client: std::collections::BTreeMap<String, Spanned<String>>,
+    /// Folder of the spool file (`PIPELINE-SINK.spool`); default: `spool/` beside the pipeline file.
+    pub spool_dir: Option<Spanned<String>>,
+    /// Largest spool; when full, new messages are dropped and counted.
+    #[serde(default = "spool_max_bytes")]
+    pub spool_max_bytes: u64,
+    /// Messages kept in memory until the broker acknowledges them; beyond, they spool.
+    #[serde(default = "buffer_messages")]
+    pub buffer_messages: usize,
+    /// How long the end of a stream and the end of the run wait for acknowledgements.
+    #[serde(default = "flush_timeout_ms")]
+    pub flush_timeout_ms: u64,
+}
+
+/// Which acknowledgement a Kafka message waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum KafkaAcks {
+    /// Every in-sync replica has it (needed by the idempotent producer).
+    #[default]
+    #[serde(rename = "all")]
+    All,
+    #[serde(rename = "1")]
+    Leader,
+    #[serde(rename = "0")]
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaCompression {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+fn kafka_linger() -> u64 {
+    5
+}
+
+/// `kind = "mqtt"`: results and events on `{prefix}/{stream}/results|events`,
+/// `{prefix}/available` (`online`, and `offline` as the retained last will).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttSinkConfig {
+    /// `host:port`, `mqtt://host:port` or `mqtts://host:port` (TLS).
+    pub broker: Spanned<String>,
+    /// Topic prefix.
+    #[serde(default = "mqtt_prefix")]
+    pub prefix: Spanned<String>,
+    /// 0 or 1 (default): at 1 a message is delivered at the broker's PUBACK.
+    #[serde(default = "mqtt_qos", deserialize_with = "checked::qos")]
+    pub qos: u8,
+    /// Default: `infer-stream-PIPELINE-SINK`.
+    pub client_id: Option<Spanned<String>>,
+    pub username: Option<Spanned<String>>,
+    /// Masked wherever it is shown; write `${ENV}` to keep it out of the file.
+    pub password: Option<Spanned<String>>,
+    pub tls: Option<BusTlsConfig>,
+    /// Keep-alive interval, seconds.
+    #[serde(default = "mqtt_keep_alive")]
+    pub keep_alive_s: u64,
+    /// Send only frames with at least one result (events always go).
+    #[serde(default)]
+    pub only_with_results: bool,
+    /// Folder of the spool file (`PIPELINE-SINK.spool`); default: `spool/` beside the pipeline file.
+    pub spool_dir: Option<Spanned<String>>,
+    /// Largest spool; when full, new messages are dropped and counted.
+    #[serde(default = "spool_max_bytes")]
+    pub spool_max_bytes: u64,
+    /// Messages kept in memory until the broker acknowledges them; beyond, they spool.
+    #[serde(default = "buffer_messages")]
+    pub buffer_messages: usize,
+    /// How long the end of a stream and the end of the run wait for acknowledgements.
+    #[serde(default = "flush_timeout_ms")]
+    pub flush_timeout_ms: u64,
+}
+
+fn mqtt_prefix() -> Spanned<String> {
+    Spanned::new(0..0, "infer-stream".into())
+}
+fn mqtt_qos() -> u8 {
+    1
+}
+fn mqtt_keep_alive() -> u64 {
+    30
 }

@@ -62,11 +62,24 @@ fn keys_from_types() -> BTreeMap<String, (Option<Role>, BTreeSet<String>)> {
                 keys.extend(nested("lines", accepted("a line table", LineConfig::deserialize)));
                 keys.extend(nested("zones", accepted("a zone table", ZoneConfig::deserialize)));
             }
-            let previous = sections.insert(format!("`{kind}`"), (Some(role), keys));
+            // A kind of two roles (`kafka`: a job source and a sink) has a
+            // section under each role's heading.
+            let roles = [Role::Source, Role::Stage, Role::Sink].iter().filter(|&&r| kinds_for(r).contains(&kind)).count();
+            let title = if roles > 1 { format!("`{kind}` in {}", heading_of(role)) } else { format!("`{kind}`") };
+            let previous = sections.insert(title, (Some(role), keys));
             assert!(previous.is_none(), "kind `{kind}` is registered twice");
         }
     }
     sections
+}
+
+/// The level-2 heading a role's kinds are documented under.
+fn heading_of(role: Role) -> &'static str {
+    match role {
+        Role::Source => "Sources",
+        Role::Stage => "Stages",
+        Role::Sink => "Sinks",
+    }
 }
 
 /// What the page documents: for each heading that is a key section, its level-2
@@ -101,6 +114,8 @@ fn keys_from_doc(text: &str, known: &BTreeMap<String, (Option<Role>, BTreeSet<St
             if current.as_ref().is_some_and(|(_, level)| hashes <= *level) {
                 current = None;
             }
+            let in_role = format!("{title} in {h2}");
+            let title = if known.contains_key(&in_role) { in_role } else { title };
             if known.contains_key(&title) {
                 if doc.sections.insert(title.clone(), (h2.clone(), BTreeSet::new())).is_some() {
                     doc.problems.push(format!("line {n}: heading {title} appears twice"));
@@ -135,11 +150,7 @@ fn problems(text: &str) -> Vec<String> {
             continue;
         };
         if let Some(role) = role {
-            let want = match role {
-                Role::Source => "Sources",
-                Role::Stage => "Stages",
-                Role::Sink => "Sinks",
-            };
+            let want = heading_of(*role);
             if h2 != want {
                 problems.push(format!("{title} is a {} kind but is documented under `## {h2}`, not `## {want}`", role.noun()));
             }

@@ -92,6 +92,10 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// Version of the frame and event JSON (docs/messages.schema.json): the
+/// `schema` field of every object the ndjson, Kafka and MQTT sinks write.
+pub const SCHEMA_VERSION: u64 = 1;
+
 /// Milliseconds since the Unix epoch, now.
 pub fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -114,9 +118,9 @@ impl Event {
         }
     }
 
-    /// The JSON object sinks write: `{"stream", "event", ..., "at_ms"}`.
+    /// The JSON object sinks write: `{"schema", "stream", "event", ..., "at_ms"}`.
     pub fn to_json(&self) -> Value {
-        let mut v = json!({ "stream": &*self.stream, "event": self.name() });
+        let mut v = json!({ "schema": SCHEMA_VERSION, "stream": &*self.stream, "event": self.name() });
         match &self.kind {
             EventKind::Lost { reason } => v["reason"] = json!(reason),
             EventKind::Reconnected { gap_ms, attempts } => {
@@ -175,9 +179,9 @@ mod tests {
     #[test]
     fn json_lines() {
         let lost = Event { stream: Arc::from("cam"), at_ms: 5, kind: EventKind::Lost { reason: "end of stream".into() } };
-        assert_eq!(lost.to_json().to_string(), r#"{"stream":"cam","event":"lost","reason":"end of stream","at_ms":5}"#);
+        assert_eq!(lost.to_json().to_string(), r#"{"schema":1,"stream":"cam","event":"lost","reason":"end of stream","at_ms":5}"#);
         let back = Event { stream: Arc::from("cam"), at_ms: 9, kind: EventKind::Reconnected { gap_ms: 4, attempts: 2 } };
-        assert_eq!(back.to_json().to_string(), r#"{"stream":"cam","event":"reconnected","gap_ms":4,"attempts":2,"at_ms":9}"#);
+        assert_eq!(back.to_json().to_string(), r#"{"schema":1,"stream":"cam","event":"reconnected","gap_ms":4,"attempts":2,"at_ms":9}"#);
         let track = TrackRef { id: 3, class: 0, label: Some(Arc::from("person")) };
         let crossed = Event {
             stream: Arc::from("cam"),
@@ -186,7 +190,7 @@ mod tests {
         };
         assert_eq!(
             crossed.to_json().to_string(),
-            r#"{"stream":"cam","event":"crossed","line":"door","direction":"out","track_id":3,"class":0,"label":"person","seq":7,"at_ms":1}"#
+            r#"{"schema":1,"stream":"cam","event":"crossed","line":"door","direction":"out","track_id":3,"class":0,"label":"person","seq":7,"at_ms":1}"#
         );
         let left = Event {
             stream: Arc::from("cam"),
@@ -195,7 +199,7 @@ mod tests {
         };
         assert_eq!(
             left.to_json().to_string(),
-            r#"{"stream":"cam","event":"left","zone":"desk","track_id":3,"class":0,"label":"person","seq":9,"dwell_frames":4,"dwell_ms":160,"track_ended":false,"at_ms":2}"#
+            r#"{"schema":1,"stream":"cam","event":"left","zone":"desk","track_id":3,"class":0,"label":"person","seq":9,"dwell_frames":4,"dwell_ms":160,"track_ended":false,"at_ms":2}"#
         );
     }
 }

@@ -56,8 +56,8 @@ impl DataType {
 fn output_type(kind: &NodeKind) -> DataType {
     match kind {
         NodeKind::Dir(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
-        NodeKind::Kafka(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
-        NodeKind::Kafka(_) => DataType::Video,
+        NodeKind::KafkaJobs(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
+        NodeKind::KafkaJobs(_) => DataType::Video,
         NodeKind::Rtsp(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
@@ -72,7 +72,13 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Detection(_) | NodeKind::Detections(_) => DataType::Objects,
         NodeKind::Track(_) | NodeKind::Analytics(_) => DataType::Tracks,
         NodeKind::Classification(_) => DataType::Classes,
-        NodeKind::Ndjson(_) | NodeKind::Null(_) | NodeKind::Subtitles(_) | NodeKind::Images(_) | NodeKind::Video(_) => DataType::Nothing,
+        NodeKind::Ndjson(_)
+        | NodeKind::Null(_)
+        | NodeKind::Subtitles(_)
+        | NodeKind::Images(_)
+        | NodeKind::Video(_)
+        | NodeKind::Kafka(_)
+        | NodeKind::Mqtt(_) => DataType::Nothing,
     }
 }
 
@@ -556,6 +562,9 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     check_gating(cfg, &producers, &mut diags);
     check_video_sinks(cfg, &producers, &mut diags);
     check_output_files(cfg, &producers, &mut diags);
+    for node in &cfg.nodes {
+        diags.0.extend(crate::bus::check_settings(cfg, node));
+    }
 
     // Cycles: depth-first search; each cycle is reported once, as its chain.
     let order = match topo_order(&producers) {
@@ -772,7 +781,7 @@ fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mu
                 if only.is_some_and(|o| o != source.name) {
                     continue;
                 }
-                if matches!(source.kind, NodeKind::Dir(_) | NodeKind::Kafka(_)) {
+                if matches!(source.kind, NodeKind::Dir(_) | NodeKind::KafkaJobs(_)) {
                     // Named at run time, one per input file (the `dir` source checks its own names).
                     files.push((file_of(None), format!("the files of `{}` source `{}`", source.kind.name(), source.name)));
                 } else {
@@ -810,7 +819,7 @@ fn check_video_sinks(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut
         // A `dir` source makes one stream per file.
         let batch = sources
             .iter()
-            .find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Dir(_) | NodeKind::Kafka(_)))
+            .find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Dir(_) | NodeKind::KafkaJobs(_)))
             .map(|&j| cfg.nodes[j].name.as_str());
         let listed = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         let path = match cfg.expand(&v.path) {

@@ -378,6 +378,59 @@ impl Collector for Metrics {
                     .map(move |(outcome, v)| ([("pipeline", p), ("node", s.name.as_str()), ("outcome", outcome)], ConstCounter::new(v)))
             }),
         )?;
+        // Message-bus sinks (Kafka, MQTT): delivery and the spool.
+        let bus: Vec<(&NodeStats, &Arc<crate::bus::Delivery>)> =
+            w.nodes.iter().filter_map(|s| s.delivery.get().map(|d| (s.as_ref(), d))).collect();
+        for (name, help, pick) in [
+            (
+                "infer_stream_sink_delivered",
+                "Messages a bus sink's broker acknowledged.",
+                (|d: &crate::bus::Delivery| &d.delivered) as fn(&crate::bus::Delivery) -> &AtomicU64,
+            ),
+            ("infer_stream_sink_retried", "Messages a bus sink sent again (after a reconnect, or left by an earlier run).", |d| &d.retried),
+            ("infer_stream_sink_spooled", "Messages a bus sink wrote to its disk spool.", |d| &d.spooled),
+            ("infer_stream_sink_spool_dropped", "Messages a bus sink dropped because its spool was full.", |d| &d.dropped),
+            ("infer_stream_sink_errors", "Messages a bus sink's broker refused, and spool errors.", |d| &d.errors),
+        ] {
+            family(
+                &mut enc,
+                name,
+                help,
+                None,
+                MetricType::Counter,
+                bus.iter().map(|(s, d)| ([("pipeline", p), ("sink", s.name.as_str())], ConstCounter::new(get(pick(d))))),
+            )?;
+        }
+        family(
+            &mut enc,
+            "infer_stream_sink_spool_bytes",
+            "Bytes in a bus sink's disk spool not yet delivered (grows while the broker is unreachable).",
+            None,
+            MetricType::Gauge,
+            bus.iter().map(|(s, d)| ([("pipeline", p), ("sink", s.name.as_str())], ConstGauge::new(get(&d.spool_bytes)))),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_sink_broker_up",
+            "Whether a bus sink's broker is reachable (1) or not (0), as its client last saw it.",
+            None,
+            MetricType::Gauge,
+            bus.iter().map(|(s, d)| ([("pipeline", p), ("sink", s.name.as_str())], ConstGauge::new(d.up.load(Ordering::Relaxed) as u64))),
+        )?;
+        {
+            let mut family = enc.encode_descriptor(
+                "infer_stream_sink_delivery_latency",
+                "From a bus sink's write of a message to the broker's acknowledgement.",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            for (s, d) in &bus {
+                let (sum, count, buckets) = latency_buckets(&d.latency.lock().unwrap_or_else(|e| e.into_inner()));
+                family
+                    .encode_family(&[("pipeline", p), ("sink", s.name.as_str())])?
+                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+            }
+        }
         // Batch sizes formed by batching stages.
         let mut fam = enc.encode_descriptor(
             "infer_stream_node_batch_size",

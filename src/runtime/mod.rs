@@ -472,6 +472,11 @@ impl Pipeline {
                 st.required.store(s.required(), std::sync::atomic::Ordering::Relaxed);
                 st.dynamic.store(s.template().is_some(), std::sync::atomic::Ordering::Relaxed);
             }
+            if let Body::Sink(s) = &nodes[i].body
+                && let Some(d) = s.delivery()
+            {
+                let _ = st.delivery.set(d);
+            }
         }
         Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, results: None }
     }

@@ -75,6 +75,9 @@ pub struct NodeReport {
     /// Infer stages: per stream, frames the model ran on and frames it skipped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub work: Vec<WorkReport>,
+    /// Message-bus sinks (Kafka, MQTT): delivered, retried, spooled, spool bytes, latency, errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::bus::DeliveryReport>,
 }
 
 /// What an infer stage's model did with one stream's frames: ran
@@ -262,6 +265,7 @@ impl RunReport {
                             carried,
                         })
                         .collect(),
+                    delivery: s.delivery.get().map(|d| d.report()),
                 }
             })
             .collect();
@@ -404,6 +408,21 @@ impl RunReport {
                 "{}: output lost {}×, reconnected {}×; {} frame(s) not delivered while it was unreachable",
                 n.name, n.stream_lost, n.reconnects, n.undelivered
             );
+        }
+        for n in &self.nodes {
+            let Some(d) = &n.delivery else { continue };
+            let _ = write!(
+                s,
+                "{}: delivered {}, retried {}, spooled {}, spool {} bytes, errors {}; delivery latency p50 {:.1} ms, p99 {:.1} ms",
+                n.name, d.delivered, d.retried, d.spooled, d.spool_bytes, d.errors, d.latency_p50_ms, d.latency_p99_ms
+            );
+            if d.dropped > 0 {
+                let _ = write!(s, "; {} dropped (spool full)", d.dropped);
+            }
+            if d.left_in_spool > 0 {
+                let _ = write!(s, "; {} undelivered, kept in the spool for the next run", d.left_in_spool);
+            }
+            s.push('\n');
         }
         for n in self.nodes.iter().filter(|n| n.role != "sink" && n.stream_lost > 0) {
             let _ = writeln!(

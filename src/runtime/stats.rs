@@ -134,6 +134,8 @@ pub struct NodeStats {
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
     /// Sinks: frames a server output could not take (it was unreachable).
     pub undelivered: AtomicU64,
+    /// Message-bus sinks: delivered, retried, spooled, spool bytes, latency, errors.
+    pub delivery: std::sync::OnceLock<Arc<crate::bus::Delivery>>,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -174,6 +176,7 @@ impl NodeStats {
             dynamic: AtomicBool::new(false),
             loops: AtomicU64::new(0),
             undelivered: AtomicU64::new(0),
+            delivery: std::sync::OnceLock::new(),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),

@@ -116,6 +116,10 @@ pub trait Sink: Send {
     fn output_losses(&self) -> OutputLosses {
         OutputLosses::default()
     }
+    /// Message-bus sinks: their live delivery counters (summary, report, `/metrics`).
+    fn delivery(&self) -> Option<Arc<crate::bus::Delivery>> {
+        None
+    }
 }
 
 /// What a sink's server outputs lost during a run.
@@ -370,7 +374,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
             NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
-            NodeKind::Kafka(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
+            NodeKind::KafkaJobs(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
                 Err(d) => Err(d),
@@ -385,6 +389,8 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 sinks::video::VideoSink::build(cfg, &node.name, c, &streams).map(|s| Body::Sink(Box::new(s)))
             }
             NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Kafka(c) => sinks::kafka::KafkaSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Mqtt(c) => sinks::mqtt::MqttSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
         };
         match body {
             Ok(b) => bodies.push(b),

@@ -2,6 +2,8 @@
 
 pub mod draw;
 pub mod images;
+pub mod kafka;
+pub mod mqtt;
 pub mod ndjson;
 pub mod overlay;
 pub mod subtitles;

@@ -97,6 +97,7 @@ pub fn frame_json(frame: &Frame) -> Value {
         }
     }
     let mut obj = json!({
+        "schema": crate::frame::event::SCHEMA_VERSION,
         "stream": &*frame.stream,
         "seq": frame.seq,
         "pts": frame.pts_seconds(),
@@ -155,8 +156,13 @@ impl Sink for NdjsonSink {
         self.write_line(&event.stream).map_err(|e| e.to_string())
     }
 
+    /// Written and synced counts as delivered: the stream's lines are on disk when this returns.
     fn end_stream(&mut self, stream: &str) -> Result<(), String> {
-        let Out::PerStream { open, opened } = &mut self.out else { return Ok(()) };
+        let (open, opened) = match &mut self.out {
+            Out::PerStream { open, opened } => (open, opened),
+            Out::File(f) => return f.sync_data().map_err(|e| format!("syncing {}: {e}", self.path.display())),
+            Out::Stdout(s) => return s.flush().map_err(|e| format!("flushing stdout: {e}")),
+        };
         let file = match open.remove(stream) {
             Some(f) => f,
             // No frame reached this sink: the stream's output is an empty file.

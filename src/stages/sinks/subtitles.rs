@@ -90,7 +90,7 @@ impl Subtitles {
                 cfg.nodes
                     .iter()
                     .map(|n| match n.kind {
-                        crate::config::NodeKind::Dir(_) | crate::config::NodeKind::Kafka(_) => 2,
+                        crate::config::NodeKind::Dir(_) | crate::config::NodeKind::KafkaJobs(_) => 2,
                         _ => usize::from(n.role == crate::config::Role::Source),
                     })
                     .sum()

@@ -1,0 +1,242 @@
+//! `kind = "kafka"`: one message per frame (the ndjson sink's JSON) and per
+//! stream event, in order, keyed by stream, through librdkafka's idempotent
+//! producer (`acks = all`, at most 5 requests in flight: order kept across
+//! retries). librdkafka retries each message until the broker has it
+//! (`message.timeout.ms = 0`); the [`Outbox`] keeps a copy until its delivery
+//! report, spools what does not fit in memory while the broker is away, and
+//! spools what is still undelivered at exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use rdkafka::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::bus::{Delivery, Limits, Message, Note, Outbox, Transport};
+use crate::config::{Diagnostic, KafkaAcks, KafkaCompression, KafkaSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
+use crate::frame::{Event, Frame};
+use crate::stages::{Sink, StageError};
+
+/// Delivery reports and client errors, from librdkafka's threads to the outbox.
+struct Reports {
+    notes: Sender<Note>,
+}
+
+impl ClientContext for Reports {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let reason = mask_credentials(reason).into_owned();
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure) => {
+                let _ = self.notes.send(Note::Down(reason));
+            }
+            _ => tracing::debug!("librdkafka: {error}: {reason}"),
+        }
+    }
+}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = Box<u64>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, token: Box<u64>) {
+        let note = match result {
+            Ok(_) => Note::Acked(*token),
+            // Taken back when the producer stops: the outbox still has it (it goes to the spool).
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight), _)) => return,
+            Err((e, _)) => Note::Failed(*token, e.to_string()),
+        };
+        let _ = self.notes.send(note);
+    }
+}
+
+struct Producer {
+    producer: Option<ThreadedProducer<Reports>>,
+}
+
+impl Transport for Producer {
+    fn submit(&mut self, token: u64, msg: &Arc<Message>) -> Result<(), String> {
+        let Some(p) = &self.producer else { return Err("the producer is closed".into()) };
+        let rec = BaseRecord::with_opaque_to(&msg.topic, Box::new(token)).key(msg.key.as_bytes()).payload(&msg.body);
+        p.send(rec).map_err(|(e, _)| format!("producing to {}: {e}", msg.topic))
+    }
+
+    fn close(&mut self) {
+        // Dropping purges what is still queued (without delivery reports to wait for) and stops its threads.
+        self.producer.take();
+    }
+}
+
+/// Whether a stage attached something to `frame`: a result that is not
+/// empty (no boxes, no text, no objects).
+pub fn has_results(frame: &Frame) -> bool {
+    fn something(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Null => false,
+            serde_json::Value::Array(a) => !a.is_empty(),
+            serde_json::Value::Object(o) => o.values().any(something),
+            _ => true,
+        }
+    }
+    frame.results.iter().any(|a| a.payload.to_json().is_some_and(|v| something(&v)))
+}
+
+pub struct KafkaSink {
+    name: String,
+    topic: String,
+    brokers: String,
+    only_with_results: bool,
+    outbox: Outbox<Producer>,
+    body: Vec<u8>,
+}
+
+/// The librdkafka properties for `c` (secrets included: never printed).
+pub fn client_config(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfig, buffer: usize) -> Result<ClientConfig, Diagnostic> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", cfg.expand(&c.brokers)?)
+        .set(
+            "acks",
+            match c.acks {
+                KafkaAcks::All => "all",
+                KafkaAcks::Leader => "1",
+                KafkaAcks::None => "0",
+            },
+        )
+        .set("enable.idempotence", if c.idempotent { "true" } else { "false" })
+        .set("max.in.flight.requests.per.connection", "5")
+        // Retried until the broker has it: an unreachable broker delays, never drops.
+        .set("message.timeout.ms", "0")
+        .set(
+            "compression.type",
+            match c.compression {
+                KafkaCompression::None => "none",
+                KafkaCompression::Gzip => "gzip",
+                KafkaCompression::Snappy => "snappy",
+                KafkaCompression::Lz4 => "lz4",
+                KafkaCompression::Zstd => "zstd",
+            },
+        )
+        .set("linger.ms", c.linger_ms.to_string())
+        .set("queue.buffering.max.messages", (buffer + 1000).min(10_000_000).to_string())
+        .set("reconnect.backoff.ms", "100")
+        .set("reconnect.backoff.max.ms", "1000")
+        .set("log_level", "3");
+    if let Some(b) = c.batch_size {
+        cc.set("batch.size", b.to_string());
+    }
+    if c.idempotent && c.acks != KafkaAcks::All {
+        return Err(cfg
+            .diag(node.kind_span.clone(), format!("sink `{}`: the idempotent producer needs acks = \"all\"", node.name))
+            .with_help("leave `acks` out (all), or set `idempotent = false`"));
+    }
+    let tls = c.tls.is_some();
+    if let Some(t) = &c.tls {
+        for (key, v) in [("ssl.ca.location", &t.ca), ("ssl.certificate.location", &t.cert), ("ssl.key.location", &t.key)] {
+            if let Some(v) = v {
+                let p = cfg.resolve_path(v)?;
+                if !p.is_file() {
+                    return Err(cfg.diag(v.span(), format!("no such file: {}", p.display())));
+                }
+                cc.set(key, p.display().to_string());
+            }
+        }
+    }
+    cc.set(
+        "security.protocol",
+        match (tls, c.sasl.is_some()) {
+            (false, false) => "plaintext",
+            (true, false) => "ssl",
+            (false, true) => "sasl_plaintext",
+            (true, true) => "sasl_ssl",
+        },
+    );
+    if let Some(s) = &c.sasl {
+        cc.set("sasl.mechanism", cfg.expand(&s.mechanism)?)
+            .set("sasl.username", cfg.expand(&s.username)?)
+            .set("sasl.password", cfg.expand(&s.password)?);
+    }
+    for (k, v) in &c.client {
+        cc.set(k, cfg.expand(v)?);
+    }
+    Ok(cc)
+}
+
+impl KafkaSink {
+    /// Settings are checked here; the broker is not contacted (a broker down
+    /// at start only delays delivery: messages wait and spool).
+    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfig) -> Result<Self, Diagnostic> {
+        let cc = client_config(cfg, node, c, c.buffer_messages.max(1))?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let producer: ThreadedProducer<Reports> = cc.create_with_context(Reports { notes: tx }).map_err(|e| {
+            let text = mask_credentials(&e.to_string()).into_owned();
+            // A property librdkafka refused: point at it when it is one of `[client]`.
+            let span = c.client.iter().find(|(k, _)| text.contains(k.as_str())).map(|(_, v)| v.span()).unwrap_or(node.kind_span.clone());
+            cfg.diag(span, format!("sink `{}`: {text}", node.name))
+        })?;
+        let limits = Limits {
+            buffer_messages: c.buffer_messages.max(1),
+            spool_max_bytes: c.spool_max_bytes,
+            flush_timeout: Duration::from_millis(c.flush_timeout_ms),
+        };
+        let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
+        let outbox = Outbox::open(&node.name, Producer { producer: Some(producer) }, rx, &spool, limits, Arc::new(Delivery::default()))
+            .map_err(|e| {
+                cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name))
+            })?;
+        Ok(KafkaSink {
+            name: node.name.clone(),
+            topic: cfg.expand(&c.topic)?,
+            brokers: mask_credentials(&cfg.expand(&c.brokers)?).into_owned(),
+            only_with_results: c.only_with_results,
+            outbox,
+            body: Vec::with_capacity(4096),
+        })
+    }
+
+    fn topic_for(&self, stream: &str) -> String {
+        self.topic.replace("{stream}", &super::stream_file_name(stream))
+    }
+
+    fn send(&mut self, stream: &str) -> Result<(), String> {
+        let msg = Message { topic: self.topic_for(stream), key: stream.to_string(), body: self.body.clone() };
+        self.outbox.push(msg)
+    }
+}
+
+impl Sink for KafkaSink {
+    fn describe(&self) -> String {
+        format!("Kafka to {} topic {} (spool {})", self.brokers, self.topic, crate::config::tidy_path(self.outbox.spool_path()).display())
+    }
+
+    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
+        if self.only_with_results && !has_results(frame) {
+            return Ok(());
+        }
+        self.body.clear();
+        serde_json::to_writer(&mut self.body, &super::ndjson::frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
+        self.send(&frame.stream).map_err(StageError::Fatal)
+    }
+
+    fn event(&mut self, event: &Event) -> Result<(), String> {
+        self.body.clear();
+        serde_json::to_writer(&mut self.body, &event.to_json()).map_err(|e| e.to_string())?;
+        self.send(&event.stream)
+    }
+
+    /// Ok once every message of `stream` has been acknowledged by the broker.
+    fn end_stream(&mut self, stream: &str) -> Result<(), String> {
+        self.outbox.flush(Some(stream))
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        let left = self.outbox.close()?;
+        tracing::debug!("sink `{}`: {left} message(s) left in the spool", self.name);
+        Ok(())
+    }
+
+    fn delivery(&self) -> Option<Arc<Delivery>> {
+        Some(self.outbox.stats().clone())
+    }
+}

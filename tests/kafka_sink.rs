@@ -1,0 +1,319 @@
+//! The Kafka sink against a real Kafka-protocol broker (Tansu, started here):
+//! messages equal the frames and validate against docs/messages.schema.json;
+//! a broker killed mid-run and restarted loses nothing; SIGTERM while the
+//! broker is down exits within the flush deadline and the next run delivers
+//! the spool before anything new.
+
+mod util;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use util::brokers::{Broker, free_port, tansu};
+use util::*;
+
+/// Every message of `topic` from the start, read until none came for `quiet`
+/// (at most `within`): (partition, value as JSON).
+fn consume(broker: &str, topic: &str, want: usize, quiet: Duration, within: Duration) -> Vec<(i32, serde_json::Value)> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", "test")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .unwrap();
+    let t0 = Instant::now();
+    // The topic exists once the sink wrote to it (auto-created): assign all its partitions from the start.
+    let parts = loop {
+        if let Ok(md) = c.fetch_metadata(Some(topic), Duration::from_secs(2))
+            && let Some(t) = md.topics().iter().find(|t| t.name() == topic)
+            && !t.partitions().is_empty()
+        {
+            break t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>();
+        }
+        if t0.elapsed() >= within {
+            let md = c.fetch_metadata(None, Duration::from_secs(2));
+            let seen: Vec<String> = md
+                .iter()
+                .flat_map(|m| m.topics().iter().map(|t| format!("{} {:?} {}", t.name(), t.error(), t.partitions().len())))
+                .collect();
+            panic!("topic {topic} never appeared; the broker has {seen:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut tpl = TopicPartitionList::new();
+    for p in &parts {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut got = Vec::new();
+    let mut last = Instant::now();
+    while t0.elapsed() < within && (got.len() < want || last.elapsed() < quiet) {
+        if got.len() >= want && last.elapsed() >= quiet {
+            break;
+        }
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let v: serde_json::Value = serde_json::from_slice(m.payload().expect("a value")).expect("JSON");
+                assert_eq!(m.key(), v["stream"].as_str().map(str::as_bytes), "the key is the stream");
+                got.push((m.partition(), v));
+                last = Instant::now();
+            }
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    got
+}
+
+/// The schema validator for docs/messages.schema.json.
+fn validator() -> impl Fn(&serde_json::Value) {
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("docs/messages.schema.json")).unwrap()).unwrap();
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler.add_resource("messages.schema.json", schema).unwrap();
+    let idx = compiler.compile("messages.schema.json", &mut schemas).unwrap();
+    move |v| {
+        if let Err(e) = schemas.validate(v, idx) {
+            panic!("{v} does not match docs/messages.schema.json:\n{e:#}");
+        }
+    }
+}
+
+fn kafka_sink(broker: &str, topic: &str, spool: &Path, extra: &str) -> String {
+    format!(
+        "[sinks.bus]\nkind = \"kafka\"\ninputs = [\"cam\"]\nbrokers = \"{broker}\"\ntopic = \"{topic}\"\nspool_dir = \"{}\"\n{extra}",
+        spool.display()
+    )
+}
+
+/// A live-paced test pattern, `frames` frames at `rate`.
+fn testsrc(frames: u64, rate: u32) -> String {
+    format!("[sources.cam]\nkind = \"testsrc\"\nwidth = 64\nheight = 48\nrate = {rate}\nframes = {frames}\nrealtime = true\n")
+}
+
+fn spawn(p: &Path, out: &Path) -> Child {
+    require_assets();
+    bin()
+        .args(["run", p.to_str().unwrap(), "--progress", "never"])
+        .env("INFER_STREAM_TEST_OUT", out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(c: Child) -> (Option<i32>, String) {
+    let o = c.wait_with_output().unwrap();
+    (o.status.code(), stderr(&o))
+}
+
+fn signal(c: &Child, sig: &str) {
+    assert!(Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap().success());
+}
+
+/// `NAME: delivered D, retried R, spooled S, ...` from the summary.
+fn delivery_line<'a>(err: &'a str, sink: &str) -> &'a str {
+    err.lines().find(|l| l.starts_with(&format!("{sink}: delivered "))).unwrap_or_else(|| panic!("no delivery line for {sink}:\n{err}"))
+}
+
+fn figure(line: &str, what: &str) -> u64 {
+    let at = line.find(&format!("{what} ")).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len() + 1;
+    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
+
+/// Frames' seq numbers per stream must never go down (at least once: a repeat
+/// goes back only to resend what followed it, in order). Returns the distinct
+/// seqs seen and the count of duplicates.
+fn seqs_in_order(msgs: &[(i32, serde_json::Value)], stream: &str) -> (Vec<u64>, usize) {
+    let seqs: Vec<u64> = msgs.iter().filter(|(_, v)| v["stream"] == stream).filter_map(|(_, v)| v["seq"].as_u64()).collect();
+    let mut distinct: Vec<u64> = seqs.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    // Order: after removing repeats of what was already seen, the first sightings increase.
+    let mut seen = std::collections::HashSet::new();
+    let firsts: Vec<u64> = seqs.iter().copied().filter(|s| seen.insert(*s)).collect();
+    assert!(firsts.windows(2).all(|w| w[0] < w[1]), "stream {stream} out of order: {firsts:?}");
+    (distinct, seqs.len() - seen.len())
+}
+
+#[test]
+fn messages_equal_the_frames_in_order_and_match_the_schema() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = tansu(dir.path(), "memory://tansu/");
+    // The text-detection pipeline (pipelines/text-detection.toml) on the eval clip, the
+    // same results twice: as NDJSON and through Kafka.
+    let r = root();
+    let text = format!(
+        "[sources.cam]\nkind = \"file\"\nuri = \"{}\"\nmax_frames = 12\n\
+         [stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 640\nheight = 384\nresize = \"letterbox\"\ncolor = \"bgr\"\n\
+         mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\npad_value = 0\n\
+         [stages.det]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"{}\"\nproviders = [\"cpu\"]\n\
+         [stages.boxes]\nkind = \"text_detection\"\ninputs = [\"det\"]\nthreshold = 0.3\nbox_threshold = 0.5\nunclip_ratio = 1.6\n\
+         [sinks.bus]\nkind = \"kafka\"\ninputs = [\"boxes\"]\nbrokers = \"{}\"\ntopic = \"results-{{stream}}\"\nspool_dir = \"{}\"\n\
+         [sinks.file]\nkind = \"ndjson\"\ninputs = [\"boxes\"]\npath = \"{}\"\n",
+        r.join("samples/eval-720p.mp4").display(),
+        r.join("models/ppocr/ch_PP-OCRv4_det_infer.onnx").display(),
+        broker.addr(),
+        dir.path().join("spool").display(),
+        dir.path().join("r.ndjson").display()
+    );
+    let p = dir.path().join("k.toml");
+    std::fs::write(&p, &text).unwrap();
+    let o = bin().args(["run", p.to_str().unwrap(), "--progress", "never"]).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}\n{err}");
+    let lines = read_ndjson(&dir.path().join("r.ndjson"));
+    let (_, processed, _, _) = accounting(&err);
+    assert_eq!(lines.len() as u64, processed);
+    assert_eq!(processed, 12);
+    let line = delivery_line(&err, "bus");
+    assert_eq!(figure(line, "delivered"), 12, "{line}");
+    assert_eq!(figure(line, "spooled"), 0, "{line}");
+
+    let got = consume(&broker.addr(), "results-cam", lines.len(), Duration::from_millis(1500), Duration::from_secs(30));
+    let values: Vec<&serde_json::Value> = got.iter().map(|(_, v)| v).collect();
+    let want: Vec<&serde_json::Value> = lines.iter().collect();
+    assert_eq!(values, want, "the messages are the frames, in order");
+    let check = validator();
+    for v in &values {
+        check(v);
+        assert_eq!(v["schema"], 1);
+    }
+    assert!(values.iter().any(|v| v["results"]["boxes"]["text_boxes"].as_array().is_some_and(|b| !b.is_empty())), "text was found");
+}
+
+#[test]
+fn a_broker_killed_mid_run_and_restarted_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = tansu(dir.path(), "memory://tansu/");
+    create_topic(&broker, "live");
+    let frames = 300;
+    // Tansu in memory also forgets producer ids with its restart, which stalls the
+    // idempotent producer (nothing is lost: it all stays in the spool); here one
+    // request in flight keeps the order instead.
+    let text = testsrc(frames, 20)
+        + &kafka_sink(
+            &broker.addr(),
+            "live",
+            &dir.path().join("spool"),
+            "buffer_messages = 40\nflush_timeout_ms = 20000\nidempotent = false\nclient = { \"max.in.flight.requests.per.connection\" = \"1\" }\nqueue = { when_full = \"block\" }\n",
+        );
+    let p = dir.path().join("live.toml");
+    std::fs::write(&p, &text).unwrap();
+    let child = spawn(&p, dir.path());
+
+    // Before the kill: everything the broker stored is read back (it keeps
+    // nothing across its own restart here), with the pipeline frozen so that
+    // nothing new is stored meanwhile. The sink is the one that must not lose.
+    std::thread::sleep(Duration::from_secs(3));
+    signal(&child, "-STOP");
+    let before = consume(&broker.addr(), "live", 1, Duration::from_millis(1500), Duration::from_secs(20));
+    assert!(!before.is_empty(), "nothing was delivered before the kill");
+    broker.kill();
+    signal(&child, "-CONT");
+    std::thread::sleep(Duration::from_secs(10));
+    // Tansu in memory forgets its topics with its restart and takes (then drops)
+    // messages for a topic it does not know: the topic is made again, with the
+    // pipeline frozen, before the sink can reach it, as a durable broker would have it.
+    signal(&child, "-STOP");
+    broker.start();
+    create_topic(&broker, "live");
+    signal(&child, "-CONT");
+    let (code, err) = finish(child);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("the broker is unreachable"), "said loudly:\n{err}");
+    assert!(err.contains("the broker is reachable again"), "said loudly:\n{err}");
+    let line = delivery_line(&err, "bus");
+    assert!(figure(line, "spooled") > 0, "10 s at 20 fps is more than the 40 messages of memory: {line}");
+    assert!(figure(line, "delivered") >= frames - before.len() as u64, "{line}");
+    assert!(!line.contains("undelivered"), "{line}");
+
+    let after = consume(&broker.addr(), "live", 1, Duration::from_millis(1500), Duration::from_secs(30));
+    let mut all = before.clone();
+    all.extend(after.iter().cloned());
+    let (b, _) = seqs_in_order(&before, "cam");
+    let (a, dups_after) = seqs_in_order(&after, "cam");
+    // Each broker instance saw its messages in order; together they have every frame.
+    let mut every: Vec<u64> = b.iter().chain(&a).copied().collect();
+    every.sort_unstable();
+    let dups_across = every.len();
+    every.dedup();
+    let dups_across = dups_across - every.len();
+    assert_eq!(every, (0..frames).collect::<Vec<_>>(), "a frame is missing");
+    // After the restart: first what was unacknowledged when the broker died (from its oldest), then the rest in order.
+    assert!(a.first().is_some_and(|&s| s <= *b.last().unwrap() + 1), "the restarted broker starts where the first left off: {a:?}");
+    eprintln!(
+        "before the kill {} messages, after {}; duplicates: {} across the restart, {} within the second broker",
+        before.len(),
+        after.len(),
+        dups_across,
+        dups_after
+    );
+}
+
+#[test]
+fn sigterm_while_the_broker_is_down_exits_in_time_and_the_next_run_sends_the_spool_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let spool = dir.path().join("spool");
+    let flush_ms = 1500;
+    let text = testsrc(100_000, 20) + &kafka_sink(&addr, "late", &spool, &format!("buffer_messages = 10\nflush_timeout_ms = {flush_ms}\n"));
+    let p = dir.path().join("late.toml");
+    std::fs::write(&p, &text).unwrap();
+    let child = spawn(&p, dir.path());
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = Instant::now();
+    signal(&child, "-TERM");
+    let (code, err) = finish(child);
+    let took = t0.elapsed();
+    assert_eq!(code, Some(143), "{err}");
+    assert!(took < Duration::from_millis(flush_ms + 1000), "exited {took:?} after SIGTERM (flush_timeout_ms = {flush_ms})\n{err}");
+    let line = delivery_line(&err, "bus");
+    let left = line
+        .split("; ")
+        .find_map(|s| s.strip_suffix(" undelivered, kept in the spool for the next run"))
+        .unwrap_or_else(|| panic!("{line}"));
+    let left: u64 = left.parse().unwrap();
+    let (decoded, _, _, _) = accounting(&err);
+    assert_eq!(left, decoded, "every frame's message waits in the spool: {line}");
+    assert!(figure(line, "spooled") > 0 && figure(line, "delivered") == 0, "{line}");
+
+    // The broker comes up on that port; a second run writes 5 new frames.
+    let broker = tansu_on(dir.path(), port);
+    create_topic(&broker, "late");
+    let text = testsrc(5, 50) + &kafka_sink(&addr, "late", &spool, "");
+    std::fs::write(&p, &text).unwrap();
+    let (code, err) = finish(spawn(&p, dir.path()));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains(&format!("replaying {left} message(s) left in the spool")), "{err}");
+    let line = delivery_line(&err, "bus");
+    assert_eq!(figure(line, "retried"), left, "{line}");
+    let got = consume(&addr, "late", (left + 5) as usize, Duration::from_millis(1500), Duration::from_secs(30));
+    let seqs: Vec<u64> = got.iter().filter_map(|(_, v)| v["seq"].as_u64()).collect();
+    let want: Vec<u64> = (0..left).chain(0..5).collect();
+    assert_eq!(seqs, want, "the spooled frames first, in order, then the new run's");
+}
+
+/// A topic of one partition on `broker` (`tansu topic create`).
+fn create_topic(broker: &Broker, name: &str) {
+    let st = Command::new(util::brokers::tansu_bin())
+        .args(["topic", "create", name, "--partitions", "1", "--broker", &format!("tcp://{}", broker.addr())])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "tansu topic create {name}");
+}
+
+/// Tansu on a given port (in memory).
+fn tansu_on(dir: &Path, port: u16) -> Broker {
+    util::brokers::tansu_at(dir, "memory://tansu/", port)
+}
