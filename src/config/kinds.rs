@@ -35,6 +35,7 @@ pub enum NodeKind {
     Null(NullSinkConfig),
     Track(TrackConfig),
     Detections(DetectionsSourceConfig),
+    Request(RequestSourceConfig),
 }
 
 impl NodeKind {
@@ -63,11 +64,12 @@ impl NodeKind {
             NodeKind::Null(_) => "null",
             NodeKind::Track(_) => "track",
             NodeKind::Detections(_) => "detections",
+            NodeKind::Request(_) => "request",
         }
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections", "request"];
 const STAGE_KINDS: &[&str] =
     &["preprocess", "infer", "text_detection", "crop", "text_recognition", "detection", "classification", "vad", "audio_level", "track"];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null"];
@@ -105,6 +107,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Stage, "audio_level") => NodeKind::AudioLevel(AudioLevelConfig::deserialize(d)?),
         (Role::Stage, "track") => NodeKind::Track(TrackConfig::deserialize(d)?),
         (Role::Source, "detections") => NodeKind::Detections(DetectionsSourceConfig::deserialize(d)?),
+        (Role::Source, "request") => NodeKind::Request(RequestSourceConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -1281,4 +1284,32 @@ pub struct DetectionsSourceConfig {
 
 fn detections_rate() -> Spanned<f64> {
     Spanned::new(0..0, 30.0)
+}
+
+/// `kind = "request"`: pictures sent to `infer-stream serve` (`POST /v1/infer`,
+/// gRPC `Infer`), one frame per request, answered with the frame's results.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSourceConfig {
+    /// Requests waiting to start at most; beyond it a request is refused as busy (HTTP 503).
+    #[serde(default = "request_queue")]
+    pub queue: Spanned<usize>,
+    /// Deadline of a request that sets none, in milliseconds (HTTP 504 past it).
+    #[serde(default = "request_timeout_ms")]
+    pub timeout_ms: Spanned<u64>,
+    /// Largest picture accepted, in bytes of the encoded file (HTTP 413 beyond it).
+    #[serde(default = "request_max_bytes")]
+    pub max_bytes: Spanned<usize>,
+    /// Largest picture (width × height) accepted; default `[pipeline] max_pixels`.
+    pub max_pixels: Option<u64>,
+}
+
+fn request_queue() -> Spanned<usize> {
+    Spanned::new(0..0, 64)
+}
+fn request_timeout_ms() -> Spanned<u64> {
+    Spanned::new(0..0, 10_000)
+}
+fn request_max_bytes() -> Spanned<usize> {
+    Spanned::new(0..0, 16 << 20)
 }

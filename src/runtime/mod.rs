@@ -3,6 +3,7 @@
 
 pub mod ends;
 pub mod report;
+pub mod request;
 pub mod stats;
 pub mod trace;
 
@@ -413,6 +414,8 @@ pub struct Pipeline {
     /// Live counters, one per node (shared with progress, summary and metrics).
     stats: Vec<Arc<NodeStats>>,
     tracer: Option<Arc<trace::Tracer>>,
+    /// Per node: the hub of a request source, answered from the sinks.
+    replies: Arc<[Option<request::RequestHub>]>,
 }
 
 impl Pipeline {
@@ -458,7 +461,14 @@ impl Pipeline {
                 st.required.store(s.required(), std::sync::atomic::Ordering::Relaxed);
             }
         }
-        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None }
+        let replies = nodes
+            .iter()
+            .map(|nd| match &nd.body {
+                Body::Source(s) => s.request_hub(),
+                _ => None,
+            })
+            .collect();
+        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, replies }
     }
 
     /// Record one span per frame per node (and queue waits) into `tracer`.
@@ -470,6 +480,11 @@ impl Pipeline {
     /// Each node's live counters, available before and during the run.
     pub fn stats(&self) -> &[Arc<NodeStats>] {
         &self.stats
+    }
+
+    /// The hubs of the request sources, by source name: what a service submits pictures through.
+    pub fn request_hubs(&self) -> Vec<request::RequestHub> {
+        self.replies.iter().flatten().cloned().collect()
     }
 
     /// Frames the sources expect to produce, if all of them know.
@@ -564,7 +579,12 @@ impl Pipeline {
             let acct = acct.clone();
             let errs = source_errors.clone();
             let tb = self.tracer.as_ref().map(|t| t.buffer(i as u32 + 1, &node.name));
-            let links = Links { ends: ends.clone(), sink: sink_index[i].zip(end_rxs[i].take()), inputs: input_log.clone() };
+            let links = Links {
+                ends: ends.clone(),
+                sink: sink_index[i].zip(end_rxs[i].take()),
+                inputs: input_log.clone(),
+                replies: self.replies.clone(),
+            };
             let h = std::thread::Builder::new()
                 .name(format!("node:{}", node.name))
                 .spawn(move || run_node(i as u32, node, rx, out, st, sd, acct, errs, tb, links))
@@ -614,6 +634,8 @@ struct Links {
     /// For a sink: its index among the sinks and where ended streams arrive.
     sink: Option<(usize, Receiver<Arc<str>>)>,
     inputs: Arc<InputLog>,
+    /// Request sources' hubs by node index: a sink's written frame answers its request.
+    replies: Arc<[Option<request::RequestHub>]>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -864,6 +886,9 @@ fn run_node(
                 match r {
                     Ok(Ok(())) => {
                         let _ = st.first_out.set(t1);
+                        if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {
+                            hub.deliver(&frame);
+                        }
                         frame.ticket.sunk();
                         st.passed(&frame);
                     }

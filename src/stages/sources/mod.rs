@@ -9,6 +9,7 @@ pub mod file;
 pub mod gst;
 pub mod images;
 pub mod rtsp;
+pub mod request;
 pub mod testsrc;
 
 use std::sync::{Arc, OnceLock};
