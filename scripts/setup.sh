@@ -10,3 +10,4 @@ scripts/fetch-nvrtc.sh
 scripts/make-samples.sh
 scripts/fetch-eval-deps.sh
 scripts/fetch-brokers.sh
+scripts/fetch-grpc-client.sh
