@@ -1292,8 +1292,8 @@ fn detections_rate() -> Spanned<f64> {
 #[serde(deny_unknown_fields)]
 pub struct RequestSourceConfig {
     /// Requests waiting to start at most; beyond it a request is refused as busy (HTTP 503).
-    #[serde(default = "request_queue")]
-    pub queue: Spanned<usize>,
+    #[serde(default = "request_max_waiting")]
+    pub max_waiting: Spanned<usize>,
     /// Deadline of a request that sets none, in milliseconds (HTTP 504 past it).
     #[serde(default = "request_timeout_ms")]
     pub timeout_ms: Spanned<u64>,
@@ -1304,7 +1304,7 @@ pub struct RequestSourceConfig {
     pub max_pixels: Option<u64>,
 }
 
-fn request_queue() -> Spanned<usize> {
+fn request_max_waiting() -> Spanned<usize> {
     Spanned::new(0..0, 64)
 }
 fn request_timeout_ms() -> Spanned<u64> {

@@ -26,7 +26,7 @@ pub struct RequestSource {
 impl RequestSource {
     pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &RequestSourceConfig, pool_size: usize) -> Result<Self, Diagnostic> {
         for (v, span, what) in [
-            (*c.queue.get_ref() as u64, c.queue.span(), "queue"),
+            (*c.max_waiting.get_ref() as u64, c.max_waiting.span(), "max_waiting"),
             (*c.timeout_ms.get_ref(), c.timeout_ms.span(), "timeout_ms"),
             (*c.max_bytes.get_ref() as u64, c.max_bytes.span(), "max_bytes"),
         ] {
@@ -35,7 +35,7 @@ impl RequestSource {
             }
         }
         let limits = RequestLimits {
-            queue: *c.queue.get_ref(),
+            queue: *c.max_waiting.get_ref(),
             timeout: Duration::from_millis(*c.timeout_ms.get_ref()),
             max_bytes: *c.max_bytes.get_ref(),
         };
@@ -114,7 +114,7 @@ mod tests {
     const PIPELINE: &str = r#"
 [sources.req]
 kind = "request"
-queue = 4
+max_waiting = 4
 timeout_ms = 5000
 
 [stages.pre]
