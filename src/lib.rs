@@ -13,6 +13,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
+pub mod api;
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;

@@ -20,6 +20,8 @@ use infer_stream::runtime::trace::Tracer;
 use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
 use infer_stream::stages::{self, BuildOptions};
 
+mod serve;
+
 // `println!` and friends panic when their stream is closed (`2>&1 | head`, a
 // log collector gone). Here they write and ignore the error: a run whose
 // reader went away still drains, writes its results and its report, and
@@ -83,6 +85,7 @@ Examples:
   infer-stream run pipelines/text-detection.toml
   infer-stream run pipelines/text-detection.toml --ort-library /opt/onnxruntime/lib/libonnxruntime.so
   infer-stream run pipelines/text-detection.toml --metrics-addr 127.0.0.1:9464
+  infer-stream serve pipelines/serve.toml --listen 127.0.0.1:8080
   infer-stream validate pipelines/*.toml
   infer-stream graph pipelines/text-detection.toml --format mermaid
   infer-stream bench pipelines/text-detection.toml --isolate
@@ -142,6 +145,20 @@ enum Cmd {
         /// every interface (overrides [pipeline] metrics_addr).
         #[arg(long, value_name = "[IP:]PORT", value_parser = config::listen_addr)]
         metrics_addr: Option<SocketAddr>,
+    },
+    /// Run a pipeline as a service with an HTTP/gRPC API (streams added and removed while it
+    /// runs, live results, health, metrics) until SIGTERM or Ctrl-C (drain, flush, exit).
+    Serve {
+        pipeline: PathBuf,
+        /// Where the API listens: a PORT alone listens on 127.0.0.1; IP:PORT exactly there
+        /// (overrides [pipeline] api.listen; default 127.0.0.1:8080).
+        #[arg(long, value_name = "[IP:]PORT", value_parser = config::listen_addr)]
+        listen: Option<SocketAddr>,
+        #[arg(long, value_name = "PATH")]
+        ort_library: Option<PathBuf>,
+        /// Also write the report of the run as JSON when it stops.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
     },
     /// Check pipeline files (syntax, graph, types, files, models) without running them.
     Validate {
@@ -254,6 +271,7 @@ pub fn main() -> ExitCode {
         Cmd::Run { pipeline, ort_library, progress, report, trace, metrics_addr } => {
             run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), metrics_addr, quiet)
         }
+        Cmd::Serve { pipeline, listen, ort_library, report } => serve::serve(&pipeline, listen, ort_library, report.as_deref(), quiet),
         Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library, quiet),
         Cmd::Graph { pipeline, format } => graph_cmd(&pipeline, format),
         Cmd::Inspect { model, json, ort_library } => inspect(&model, json, ort_library.as_deref()),
@@ -331,6 +349,7 @@ fn library_exists(path: Option<&Path>) -> Result<(), String> {
 fn check_arguments(cmd: &Cmd) -> Result<(), String> {
     let library = match cmd {
         Cmd::Run { ort_library, .. }
+        | Cmd::Serve { ort_library, .. }
         | Cmd::Validate { ort_library, .. }
         | Cmd::Inspect { ort_library, .. }
         | Cmd::Doctor { ort_library, .. }
@@ -339,6 +358,7 @@ fn check_arguments(cmd: &Cmd) -> Result<(), String> {
     };
     library_exists(library)?;
     match cmd {
+        Cmd::Serve { report, .. } => report.as_deref().map_or(Ok(()), |p| writable("--report", p, &[])),
         Cmd::Run { report, trace, .. } => {
             report.as_deref().map_or(Ok(()), |p| writable("--report", p, &[]))?;
             trace.as_deref().map_or(Ok(()), |p| writable("--trace", p, &[]))

@@ -155,6 +155,13 @@ pub struct FileSourceConfig {
     pub launch: Option<Spanned<String>>,
     /// Turn frames as the container's display matrix asks (`auto`), or process them as stored (`none`, default).
     pub rotate: Option<Spanned<Rotate>>,
+    /// `serve` only: a template for streams added at run time (`POST /v1/streams`);
+    /// no stream starts with the pipeline, and its `uri` is the default of the added ones.
+    #[serde(default)]
+    pub dynamic: bool,
+    /// With `dynamic`: the keys an added stream may set besides its `id` (e.g. `["uri", "required"]`).
+    #[serde(default)]
+    pub allow: Vec<Spanned<String>>,
 }
 
 /// `rotate` of a `file` or `dir` source.
@@ -359,6 +366,13 @@ pub struct RtspSourceConfig {
     /// Stop after this many frames.
     #[serde(default, deserialize_with = "checked::opt_frames")]
     pub max_frames: Option<u64>,
+    /// `serve` only: a template for streams added at run time (`POST /v1/streams`);
+    /// no stream starts with the pipeline, and its `uri` is the default of the added ones.
+    #[serde(default)]
+    pub dynamic: bool,
+    /// With `dynamic`: the keys an added stream may set besides its `id` (e.g. `["uri", "required"]`).
+    #[serde(default)]
+    pub allow: Vec<Spanned<String>>,
 }
 
 fn rtsp_connect_timeout() -> Spanned<u64> {

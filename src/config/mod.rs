@@ -6,6 +6,7 @@
 //! into that kind's struct (`deny_unknown_fields` everywhere). Errors are
 //! collected across all nodes rather than stopping at the first.
 
+pub mod api;
 pub mod diag;
 mod kinds;
 mod redact;
@@ -130,6 +131,8 @@ pub struct Settings {
     pub metrics_addr: Option<Spanned<String>>,
     /// Largest video frame (width × height) a source accepts; default 8192×8192.
     pub max_pixels: Option<u64>,
+    /// `infer-stream serve`: the API's address, TLS and tokens (docs/api.md).
+    pub api: Option<api::ApiConfig>,
 }
 
 /// One node of the graph, as configured.
@@ -342,9 +345,12 @@ pub fn parse_lenient(path: &Path, source: String) -> (Option<PipelineConfig>, Di
         match section {
             "pipeline" => match Settings::deserialize(ValueDeserializer::from(value.clone())) {
                 Ok(s) => cfg.settings = s,
-                Err(e) => {
-                    diags.push(toml_diag(path, &source, &e, Some(&["name", "ort_library", "on_error", "metrics_addr", "max_pixels"])))
-                }
+                Err(e) => diags.push(toml_diag(
+                    path,
+                    &source,
+                    &e,
+                    Some(&["name", "ort_library", "on_error", "metrics_addr", "max_pixels", "api"]),
+                )),
             },
             "sources" | "stages" | "sinks" => {
                 let role = match section {

@@ -43,7 +43,9 @@ fn nested(prefix: &str, keys: BTreeSet<String>) -> impl Iterator<Item = String> 
 /// Keys of an inline table are written `table.key` (`queue.capacity`, `providers.tf32`).
 fn keys_from_types() -> BTreeMap<String, (Option<Role>, BTreeSet<String>)> {
     let mut sections = BTreeMap::new();
-    sections.insert("`[pipeline]`".to_string(), (None, accepted("[pipeline]", Settings::deserialize)));
+    let mut pipeline = accepted("[pipeline]", Settings::deserialize);
+    pipeline.extend(nested("api", accepted("api", api::ApiConfig::deserialize)));
+    sections.insert("`[pipeline]`".to_string(), (None, pipeline));
     let mut common = accepted("keys every node may have", Common::deserialize);
     assert_eq!(common, COMMON_KEYS.iter().map(|k| k.to_string()).collect(), "COMMON_KEYS disagrees with `Common`");
     common.extend(nested("queue", accepted("queue", QueueConfig::deserialize)));

@@ -88,7 +88,8 @@ impl Metrics {
         if w.shutdown.stopping() {
             return Err("not ready: stopping (draining frames in flight)".into());
         }
-        for s in w.nodes.iter().filter(|s| s.role == Role::Source) {
+        // A template of added streams has no stream of its own: its streams' readiness is the API's.
+        for s in w.nodes.iter().filter(|s| s.role == Role::Source && !s.dynamic.load(Ordering::Relaxed)) {
             match stream_state(s) {
                 StreamState::Waiting => return Err(format!("not ready: source `{}` has not produced a frame yet", s.name)),
                 StreamState::Lost { secs, reason } if s.required.load(Ordering::Relaxed) => {

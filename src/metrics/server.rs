@@ -178,6 +178,17 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Option<String>> {
     Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
 }
 
+/// `/metrics` of `metrics` as OpenMetrics (what Prometheus asks for) or the 0.0.4 text format: (content type, body).
+pub fn encode(metrics: &Arc<Metrics>, openmetrics: bool) -> Result<(&'static str, String), ()> {
+    let registry = Metrics::registry(metrics);
+    let mut body = String::new();
+    if openmetrics {
+        text::encode(&mut body, &registry).map(|()| (OPENMETRICS, body)).map_err(|_| ())
+    } else {
+        prometheus_text::encode(&mut body, &registry).map(|()| (prometheus_text::CONTENT_TYPE, body)).map_err(|_| ())
+    }
+}
+
 fn respond(head: &str, metrics: &Metrics, registry: &Registry) -> Response {
     const PLAIN: &str = "text/plain; charset=utf-8";
     let mut lines = head.lines();

@@ -1,9 +1,12 @@
 //! Runs a built pipeline: one thread per node, bounded crossbeam channels
 //! between them, frames accounted for, and an orderly drain on shutdown.
 
+pub mod control;
+pub mod dynamic;
 pub mod ends;
 pub mod report;
 pub mod request;
+pub mod results;
 pub mod stats;
 pub mod trace;
 
@@ -19,8 +22,10 @@ use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
 use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken, Ticket};
 use crate::graph::Graph;
 use crate::stages::{Body, StageError};
+pub use control::Control;
 pub use ends::StreamEnds;
 pub use report::{InputLog, RunReport};
+pub use results::ResultsHub;
 pub use stats::{NodeStats, StreamEvent};
 
 /// Why and whether the pipeline is stopping.
@@ -205,6 +210,8 @@ pub struct SourceCtx<'a> {
     /// Where ended inputs go to be closed by the sinks (multi-input sources).
     ends: Option<Arc<StreamEnds>>,
     inputs: Arc<InputLog>,
+    /// The input this context's frames belong to (a stream of a dynamic source).
+    input: Option<Arc<InputToken>>,
 }
 
 impl<'a> SourceCtx<'a> {
@@ -230,6 +237,7 @@ impl<'a> SourceCtx<'a> {
             last_emit: Instant::now(),
             ends: None,
             inputs: Arc::new(InputLog::default()),
+            input: None,
         }
     }
 
@@ -319,7 +327,10 @@ impl<'a> SourceCtx<'a> {
 
     /// A new frame of this stream, with its accounting ticket.
     pub fn new_frame(&self, seq: u64, pts: Option<i64>, time_base: (i32, i32), image: Option<Arc<Image>>) -> Frame {
-        self.frame(self.name.clone(), seq, pts, time_base, image, self.acct.issue())
+        match &self.input {
+            Some(input) => self.frame(input.stream.clone(), seq, pts, time_base, image, self.acct.issue_for(Some(input.clone()))),
+            None => self.frame(self.name.clone(), seq, pts, time_base, image, self.acct.issue()),
+        }
     }
 
     /// Send a frame downstream; `false` when nobody is listening any more.
@@ -416,6 +427,8 @@ pub struct Pipeline {
     tracer: Option<Arc<trace::Tracer>>,
     /// Per node: the hub of a request source, answered from the sinks.
     replies: Arc<[Option<request::RequestHub>]>,
+    /// Where the first sink publishes live results (`serve`).
+    results: Option<Arc<ResultsHub>>,
 }
 
 impl Pipeline {
@@ -459,6 +472,7 @@ impl Pipeline {
             }
             if let Body::Source(s) = &nodes[i].body {
                 st.required.store(s.required(), std::sync::atomic::Ordering::Relaxed);
+                st.dynamic.store(s.template().is_some(), std::sync::atomic::Ordering::Relaxed);
             }
         }
         let replies = nodes
@@ -468,13 +482,47 @@ impl Pipeline {
                 _ => None,
             })
             .collect();
-        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, replies }
+        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, results: None, replies }
     }
 
     /// Record one span per frame per node (and queue waits) into `tracer`.
     pub fn with_tracer(mut self, tracer: Arc<trace::Tracer>) -> Self {
         self.tracer = Some(tracer);
         self
+    }
+
+    /// The control handle for the service API: streams (the file's sources and
+    /// templates to add streams to), the graph and its counters; the first sink
+    /// publishes each frame's and event's JSON to `results`.
+    pub fn control(&mut self, results: Arc<ResultsHub>) -> Arc<Control> {
+        self.results = Some(results.clone());
+        let shapes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| control::NodeShape {
+                name: n.name.to_string(),
+                kind: n.kind,
+                role: n.role,
+                inputs: self.graph.producers[i].iter().map(|&p| self.nodes[p].name.to_string()).collect(),
+                describe: n.describe.clone(),
+                provider: n.provider.clone(),
+                decoder: n.decode.clone(),
+            })
+            .collect();
+        let mut templates = Vec::new();
+        let mut statics = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Body::Source(s) = &n.body {
+                match s.template() {
+                    Some(t) => templates.push((i as u32, n.restart, t)),
+                    None => statics.push((self.stats[i].clone(), crate::config::mask_credentials(&n.describe).into_owned(), s.required())),
+                }
+            }
+        }
+        let control = Control::new(self.name.clone(), shapes, self.stats.clone(), templates, statics, results);
+        control.set_request_hubs(self.request_hubs());
+        control
     }
 
     /// Each node's live counters, available before and during the run.
@@ -584,6 +632,7 @@ impl Pipeline {
                 sink: sink_index[i].zip(end_rxs[i].take()),
                 inputs: input_log.clone(),
                 replies: self.replies.clone(),
+                results: self.results.clone().filter(|_| sink_index[i] == Some(0)),
             };
             let h = std::thread::Builder::new()
                 .name(format!("node:{}", node.name))
@@ -628,6 +677,74 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
 }
 
+/// Run a source until it is done, starting it again as its `restart` policy
+/// says (with backoff); the error it ended with, if any.
+fn drive_source(
+    src: &mut Box<dyn crate::stages::Source>,
+    ctx: &mut SourceCtx<'_>,
+    st: &NodeStats,
+    restart: (crate::config::Restart, Option<u32>, Duration),
+) -> Option<String> {
+    let name = ctx.name.clone();
+    let (policy, max_restarts, first_wait) = restart;
+    let mut restarts = 0u32;
+    let mut wait = first_wait;
+    let err = loop {
+        let r = catch_unwind(AssertUnwindSafe(|| src.run(ctx)));
+        let err = match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(p) => Some(format!("panic: {}", panic_message(p))),
+        };
+        match restart_decision(policy, err.as_deref(), restarts, max_restarts, ctx.stopping() || src.exhausted()) {
+            None => break err,
+            Some(again) => {
+                // A failure loses the stream; it comes back (a `reconnected` event) once the source
+                // runs again. A deliberate loop is neither: it is counted as a loop.
+                let lost_at = Instant::now();
+                match &again {
+                    Again::Lost(reason) => {
+                        tracing::warn!("source `{name}`: {reason}; starting it again in {} ms", wait.as_millis());
+                        ctx.event(EventKind::Lost { reason: reason.clone() });
+                    }
+                    Again::Loop => tracing::debug!("source `{name}`: input ended; playing it again in {} ms", wait.as_millis()),
+                }
+                let mut attempts = 0u32;
+                let reopened = loop {
+                    let until = Instant::now() + wait;
+                    while !ctx.stopping() && Instant::now() < until {
+                        std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                    if ctx.stopping() {
+                        break false;
+                    }
+                    attempts += 1;
+                    restarts += 1;
+                    match catch_unwind(AssertUnwindSafe(|| src.reopen())).unwrap_or_else(|p| Err(panic_message(p))) {
+                        Ok(()) => break true,
+                        Err(e) if max_restarts.is_some_and(|m| restarts >= m) => {
+                            tracing::warn!("source `{name}`: cannot start again: {e}");
+                            break false;
+                        }
+                        Err(e) => tracing::warn!("source `{name}`: cannot start again: {e}; next try in {} ms", wait.as_millis()),
+                    }
+                };
+                if !reopened {
+                    break err;
+                }
+                if again == Again::Loop {
+                    let n = st.loops.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    tracing::info!("source `{name}`: looped (input ended, playing it again from the start: loop {n})");
+                } else {
+                    ctx.event(EventKind::Reconnected { gap_ms: lost_at.elapsed().as_millis() as u64, attempts });
+                }
+            }
+        }
+    };
+    err
+}
+
 /// What connects a node to the ends of streams.
 struct Links {
     ends: Arc<StreamEnds>,
@@ -636,6 +753,8 @@ struct Links {
     inputs: Arc<InputLog>,
     /// Request sources' hubs by node index: a sink's written frame answers its request.
     replies: Arc<[Option<request::RequestHub>]>,
+    /// The first sink publishes what it writes here.
+    results: Option<Arc<ResultsHub>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -660,62 +779,7 @@ fn run_node(
             ctx.trace = trace.take();
             ctx.ends = Some(links.ends.clone());
             ctx.inputs = links.inputs.clone();
-            let (policy, max_restarts, first_wait) = restart;
-            let mut restarts = 0u32;
-            let mut wait = first_wait;
-            let err = loop {
-                let r = catch_unwind(AssertUnwindSafe(|| src.run(&mut ctx)));
-                let err = match r {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e),
-                    Err(p) => Some(format!("panic: {}", panic_message(p))),
-                };
-                match restart_decision(policy, err.as_deref(), restarts, max_restarts, ctx.stopping() || src.exhausted()) {
-                    None => break err,
-                    Some(again) => {
-                        // A failure loses the stream; it comes back (a `reconnected` event) once the source
-                        // runs again. A deliberate loop is neither: it is counted as a loop.
-                        let lost_at = Instant::now();
-                        match &again {
-                            Again::Lost(reason) => {
-                                tracing::warn!("source `{name}`: {reason}; starting it again in {} ms", wait.as_millis());
-                                ctx.event(EventKind::Lost { reason: reason.clone() });
-                            }
-                            Again::Loop => tracing::debug!("source `{name}`: input ended; playing it again in {} ms", wait.as_millis()),
-                        }
-                        let mut attempts = 0u32;
-                        let reopened = loop {
-                            let until = Instant::now() + wait;
-                            while !ctx.stopping() && Instant::now() < until {
-                                std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
-                            }
-                            wait = (wait * 2).min(Duration::from_secs(30));
-                            if ctx.stopping() {
-                                break false;
-                            }
-                            attempts += 1;
-                            restarts += 1;
-                            match catch_unwind(AssertUnwindSafe(|| src.reopen())).unwrap_or_else(|p| Err(panic_message(p))) {
-                                Ok(()) => break true,
-                                Err(e) if max_restarts.is_some_and(|m| restarts >= m) => {
-                                    tracing::warn!("source `{name}`: cannot start again: {e}");
-                                    break false;
-                                }
-                                Err(e) => tracing::warn!("source `{name}`: cannot start again: {e}; next try in {} ms", wait.as_millis()),
-                            }
-                        };
-                        if !reopened {
-                            break err;
-                        }
-                        if again == Again::Loop {
-                            let n = st.loops.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                            tracing::info!("source `{name}`: looped (input ended, playing it again from the start: loop {n})");
-                        } else {
-                            ctx.event(EventKind::Reconnected { gap_ms: lost_at.elapsed().as_millis() as u64, attempts });
-                        }
-                    }
-                }
-            };
+            let err = drive_source(&mut src, &mut ctx, &st, restart);
             ctx.finish();
             if let Some(e) = err {
                 let msg = format!("source `{name}`: {e}");
@@ -857,6 +921,9 @@ fn run_node(
                 let frame = match msg {
                     Msg::Frame(f) => f,
                     Msg::Event(e) => {
+                        if let Some(hub) = &links.results {
+                            hub.publish(&e.stream, results::ResultKind::Event, || e.to_json().to_string());
+                        }
                         if !dead {
                             match catch_unwind(AssertUnwindSafe(|| sink.event(&e))) {
                                 Ok(Ok(())) => {}
@@ -886,6 +953,11 @@ fn run_node(
                 match r {
                     Ok(Ok(())) => {
                         let _ = st.first_out.set(t1);
+                        if let Some(hub) = &links.results {
+                            hub.publish(&frame.stream, results::ResultKind::Frame, || {
+                                crate::stages::sinks::ndjson::frame_json(&frame).to_string()
+                            });
+                        }
                         if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {
                             hub.deliver(&frame);
                         }

@@ -113,6 +113,8 @@ pub struct NodeStats {
     pub loops: AtomicU64,
     /// Sources: `/readyz` is not ready while this one's stream is lost.
     pub required: AtomicBool,
+    /// A template of streams added at run time: no stream of its own.
+    pub dynamic: AtomicBool,
     /// Sources: since when and why the stream is lost now (`None`: not lost).
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
     /// Sinks: frames a server output could not take (it was unreachable).
@@ -147,6 +149,7 @@ impl NodeStats {
             longest_gap_ms: AtomicU64::new(0),
             lost_now: Mutex::new(None),
             required: AtomicBool::new(true),
+            dynamic: AtomicBool::new(false),
             loops: AtomicU64::new(0),
             undelivered: AtomicU64::new(0),
             corrupt_bursts: AtomicU64::new(0),

@@ -72,6 +72,10 @@ pub trait Source: Send {
     fn request_hub(&self) -> Option<crate::runtime::request::RequestHub> {
         None
     }
+    /// A template of streams added at run time (`dynamic = true`): how to add them.
+    fn template(&self) -> Option<Arc<crate::runtime::dynamic::Template>> {
+        None
+    }
 }
 
 /// One frame in, the same frame out with a result attached.
@@ -268,6 +272,15 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     };
     for (i, node) in cfg.nodes.iter().enumerate() {
         let name: Arc<str> = Arc::from(node.name.as_str());
+        // A template of streams added at run time opens nothing now.
+        if sources::template::is_template(node) {
+            match sources::template::build(cfg, node, i as u32, pool_size, opts.max_frames) {
+                Ok(Some(t)) => bodies.push(Body::Source(Box::new(t))),
+                Ok(None) => {}
+                Err(d) => diags.push(d),
+            }
+            continue;
+        }
         let body = match &node.kind {
             NodeKind::TestSrc(c) => Ok(Body::Source(Box::new(sources::testsrc::TestSrc::new(c, pool_size, opts.max_frames)))),
             NodeKind::Audio(c) => sources::audio::AudioSource::build(cfg, node, c, pool_size, opts.max_frames, opts.shutdown.as_ref())

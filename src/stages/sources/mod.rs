@@ -10,6 +10,7 @@ pub mod gst;
 pub mod images;
 pub mod rtsp;
 pub mod request;
+pub mod template;
 pub mod testsrc;
 
 use std::sync::{Arc, OnceLock};

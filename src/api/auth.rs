@@ -1,0 +1,182 @@
+//! Bearer tokens and roles. `viewer` reads (status, results, metrics, the
+//! pipeline), `operator` also changes streams and asks for inference, `admin`
+//! may do everything. Tokens come from `[pipeline] api.tokens` (`${VAR}`
+//! expanded) or a tokens file, and are compared in constant time. Without any
+//! token the API is open (allowed on a loopback address only).
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::{ApiState, error};
+use crate::config::api::ApiConfig;
+use crate::config::{Diagnostic, PipelineConfig};
+
+/// What a token may do; each role may do what those before it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Viewer,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// The tokens the API accepts.
+#[derive(Default)]
+pub struct Auth {
+    tokens: Vec<(Vec<u8>, Role)>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Auth({} tokens)", self.tokens.len())
+    }
+}
+
+/// Tokens shorter than this are refused: they could be guessed.
+pub const MIN_TOKEN: usize = 16;
+
+impl Auth {
+    /// No tokens: every request may do everything.
+    pub fn open() -> Self {
+        Auth::default()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// `tokens` (pairs of role and token).
+    pub fn with_tokens(tokens: impl IntoIterator<Item = (Role, String)>) -> Self {
+        Auth { tokens: tokens.into_iter().map(|(r, t)| (t.into_bytes(), r)).collect() }
+    }
+
+    pub fn from_config(cfg: &PipelineConfig, api: &ApiConfig) -> Result<Self, Diagnostic> {
+        let mut tokens = Vec::new();
+        for t in &api.tokens {
+            let role = Role::parse(t.role.get_ref()).ok_or_else(|| {
+                cfg.diag(t.role.span(), format!("unknown role `{}`", t.role.get_ref())).with_help("roles: viewer, operator, admin")
+            })?;
+            let token = cfg.expand(&t.token)?;
+            if token.len() < MIN_TOKEN {
+                return Err(cfg.diag(t.token.span(), format!("a token must be at least {MIN_TOKEN} characters")));
+            }
+            tokens.push((role, token));
+        }
+        if let Some(f) = &api.tokens_file {
+            let path = cfg.resolve_path(f)?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| cfg.diag(f.span(), format!("cannot read tokens file {}: {e}", path.display())))?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let at = format!("tokens file {} line {}", path.display(), n + 1);
+                let (role, token) =
+                    line.split_once(char::is_whitespace).ok_or_else(|| cfg.diag(f.span(), format!("{at}: expected `ROLE TOKEN`")))?;
+                let role = Role::parse(role)
+                    .ok_or_else(|| cfg.diag(f.span(), format!("{at}: unknown role `{role}` (viewer, operator, admin)")))?;
+                let token = token.trim();
+                if token.len() < MIN_TOKEN {
+                    return Err(cfg.diag(f.span(), format!("{at}: a token must be at least {MIN_TOKEN} characters")));
+                }
+                tokens.push((role, token.to_string()));
+            }
+        }
+        Ok(Auth::with_tokens(tokens))
+    }
+
+    /// The role of `token`: every token is compared, each in constant time.
+    pub fn role_of(&self, token: &[u8]) -> Option<Role> {
+        let mut found = None;
+        for (t, role) in &self.tokens {
+            if bool::from(t.as_slice().ct_eq(token)) {
+                found = Some(found.map_or(*role, |r: Role| r.max(*role)));
+            }
+        }
+        found
+    }
+}
+
+/// The role a request needs; `None`: open to all (`/healthz`).
+pub fn required_role(method: &Method, path: &str) -> Option<Role> {
+    match (method, path) {
+        (_, "/healthz") => None,
+        (&Method::GET | &Method::HEAD, _) => Some(Role::Viewer),
+        (_, p) if p.starts_with("/v1/streams") || p.starts_with("/v1/infer") => Some(Role::Operator),
+        // gRPC: `/package.Service/Method`; subscriptions only read.
+        (&Method::POST, p) if p.ends_with("/Subscribe") || p.ends_with("/Results") => Some(Role::Viewer),
+        (&Method::POST, p) if !p.starts_with("/v1/") && p.matches('/').count() == 2 => Some(Role::Operator),
+        _ => Some(Role::Admin),
+    }
+}
+
+/// The auth layer: 401 without a valid token, 403 when its role may not.
+pub async fn require(State(state): State<ApiState>, req: Request, next: Next) -> Response {
+    let Some(need) = required_role(req.method(), req.uri().path()) else {
+        return next.run(req).await;
+    };
+    if state.auth.is_open() {
+        return next.run(req).await;
+    }
+    let token = req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")).map(|t| t.trim_ascii());
+    let unauthorized = |msg: &str| {
+        let mut r = error(StatusCode::UNAUTHORIZED, msg);
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        r
+    };
+    let Some(token) = token else {
+        return unauthorized("a bearer token is needed: send `Authorization: Bearer TOKEN`");
+    };
+    match state.auth.role_of(token) {
+        None => unauthorized("the bearer token is not valid"),
+        Some(role) if role < need => {
+            error(StatusCode::FORBIDDEN, format!("this needs the `{}` role; the token has `{}`", need.name(), role.name())).into_response()
+        }
+        Some(_) => next.run(req).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_by_route() {
+        assert_eq!(required_role(&Method::GET, "/healthz"), None);
+        assert_eq!(required_role(&Method::GET, "/v1/streams"), Some(Role::Viewer));
+        assert_eq!(required_role(&Method::POST, "/v1/streams"), Some(Role::Operator));
+        assert_eq!(required_role(&Method::DELETE, "/v1/streams/a"), Some(Role::Operator));
+        assert_eq!(required_role(&Method::POST, "/v1/infer"), Some(Role::Operator));
+        assert_eq!(required_role(&Method::PUT, "/v1/pipeline"), Some(Role::Admin));
+    }
+
+    #[test]
+    fn tokens_give_their_role() {
+        let a = Auth::with_tokens([(Role::Viewer, "v".repeat(20)), (Role::Admin, "a".repeat(20))]);
+        assert_eq!(a.role_of("v".repeat(20).as_bytes()), Some(Role::Viewer));
+        assert_eq!(a.role_of("a".repeat(20).as_bytes()), Some(Role::Admin));
+        assert_eq!(a.role_of("a".repeat(19).as_bytes()), None);
+        assert_eq!(a.role_of(b""), None);
+    }
+}

@@ -1,0 +1,221 @@
+//! The service API of `infer-stream serve`: one listener (HTTP/1.1 and HTTP/2,
+//! plain or TLS) for the REST routes, live results (server-sent events),
+//! health, metrics, the OpenAPI document, and gRPC. It owns the HTTP side only
+//! (routing, authentication and roles, limits, TLS); it reaches the pipeline
+//! through the runtime's narrow [`Control`] handle, never a stage.
+
+pub mod auth;
+pub mod grpc;
+pub mod health;
+pub mod infer;
+pub mod results;
+pub mod streams;
+pub mod tls;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::config::api::ApiConfig;
+use crate::config::{Diagnostic, PipelineConfig};
+use crate::metrics::Metrics;
+pub use crate::runtime::control::{Control, ControlError};
+pub use crate::runtime::results::{Delivery, Published, ResultKind, ResultsHub, Subscription};
+pub use auth::{Auth, Role};
+
+/// Default largest request body.
+pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+/// Largest request head (HTTP/1.1 buffer, HTTP/2 header list).
+pub const MAX_HEADERS: usize = 16 * 1024;
+
+/// What every handler shares: the control handle and what the API needs besides.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The narrow handle to the running pipeline.
+    pub control: Arc<Control>,
+    /// The counters `/metrics` and `/readyz` read.
+    pub metrics: Arc<Metrics>,
+    pub auth: Arc<Auth>,
+    /// How long `DELETE /v1/streams/{id}` waits for the stream's outputs to close.
+    pub drain_wait: Duration,
+}
+
+impl ApiState {
+    pub fn results(&self) -> &Arc<ResultsHub> {
+        self.control.results()
+    }
+}
+
+/// The API's settings from `[pipeline] api` (and `--listen`), checked before anything runs.
+pub struct ApiSettings {
+    pub listen: SocketAddr,
+    pub auth: Arc<Auth>,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// With client certificates (mutual TLS).
+    pub mtls: bool,
+    pub max_body: usize,
+    pub results_buffer: usize,
+}
+
+impl ApiSettings {
+    /// Read `[pipeline] api`; `listen` (the command line's) wins over the file's address.
+    pub fn from_config(cfg: &PipelineConfig, listen: Option<SocketAddr>) -> Result<Self, Diagnostic> {
+        let default = ApiConfig::default();
+        let api = cfg.settings.api.as_ref().unwrap_or(&default);
+        let listen = match listen {
+            Some(a) => a,
+            None => cfg.api_listen()?,
+        };
+        let auth = Auth::from_config(cfg, api)?;
+        let tls = match &api.tls {
+            Some(t) => Some(tls::server_config(cfg, t)?),
+            None => None,
+        };
+        if !listen.ip().is_loopback() && auth.is_open() {
+            let span = api.listen.as_ref().map_or(0..0, |l| l.span());
+            return Err(cfg
+                .diag(span, format!("the API on {listen} could be reached from other machines without tokens"))
+                .with_help("give `[pipeline] api.tokens` (or `tokens_file`), or listen on 127.0.0.1"));
+        }
+        Ok(ApiSettings {
+            listen,
+            auth: Arc::new(auth),
+            mtls: api.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+            tls,
+            max_body: api.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY).max(1024),
+            results_buffer: api.results_buffer.unwrap_or(crate::runtime::results::DEFAULT_BUFFER).max(1),
+        })
+    }
+}
+
+/// A JSON error: `{"error": "...", "status": N}`.
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let message = crate::config::mask_credentials(&message.into()).into_owned();
+    (status, axum::Json(serde_json::json!({ "error": message, "status": status.as_u16() }))).into_response()
+}
+
+/// gRPC services on the same listener (tonic's [`tonic::service::Routes`]).
+fn grpc_routes(state: &ApiState) -> Option<tonic::service::Routes> {
+    Some(grpc::routes(state))
+}
+
+/// Every route set, merged, behind the auth layer and the body limit.
+pub fn router(state: ApiState, max_body: usize) -> Router {
+    let http = Router::new()
+        .merge(streams::routes())
+        .merge(results::routes())
+        .merge(health::routes())
+        // Request/response inference routes are merged here.
+        .merge(infer::routes())
+        .with_state(state.clone());
+    let mut app = http;
+    if let Some(grpc) = grpc_routes(&state) {
+        app = app.merge(grpc.into_axum_router());
+    }
+    app.fallback(|| async { error(StatusCode::NOT_FOUND, "no such route: see GET /v1/openapi.json") })
+        .layer(axum::middleware::from_fn_with_state(state, auth::require))
+        .layer(DefaultBodyLimit::max(max_body))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start the API: {0}")]
+    Start(std::io::Error),
+}
+
+impl ApiError {
+    /// What to do about it.
+    pub fn help(&self) -> Option<&'static str> {
+        let ApiError::Bind { source, .. } = self else { return None };
+        match source.kind() {
+            std::io::ErrorKind::AddrInUse => Some("another process listens on this port: stop it or choose another port"),
+            std::io::ErrorKind::AddrNotAvailable => Some("this machine has no such IP address: use 127.0.0.1 or 0.0.0.0"),
+            std::io::ErrorKind::PermissionDenied => Some("ports below 1024 need privileges: choose a port above 1024"),
+            _ => None,
+        }
+    }
+}
+
+/// Take the API's port now (before models load), so that a port in use fails at once.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, ApiError> {
+    let l = TcpListener::bind(addr).map_err(|source| ApiError::Bind { addr, source })?;
+    l.set_nonblocking(true).map_err(|source| ApiError::Bind { addr, source })?;
+    Ok(l)
+}
+
+/// A running API server; [`Server::stop`] ends it.
+pub struct Server {
+    addr: SocketAddr,
+    handle: axum_server::Handle<SocketAddr>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serve `state` on `listener` from a thread of its own (a small tokio runtime).
+    pub fn start(listener: TcpListener, settings: &ApiSettings, state: ApiState) -> Result<Self, ApiError> {
+        let addr = listener.local_addr().map_err(ApiError::Start)?;
+        let app = router(state, settings.max_body);
+        let handle = axum_server::Handle::new();
+        let h = handle.clone();
+        let tls = settings.tls.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("api")
+            .enable_all()
+            .build()
+            .map_err(ApiError::Start)?;
+        let thread = std::thread::Builder::new()
+            .name("api".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+                    let r = match tls {
+                        Some(cfg) => {
+                            match axum_server::from_tcp_rustls(listener, axum_server::tls_rustls::RustlsConfig::from_config(cfg)) {
+                                Ok(s) => {
+                                    let mut s = s.handle(h);
+                                    s.http_builder().http1().max_buf_size(MAX_HEADERS);
+                                    s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32);
+                                    s.serve(service).await
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        None => match axum_server::from_tcp(listener) {
+                            Ok(s) => {
+                                let mut s = s.handle(h);
+                                s.http_builder().http1().max_buf_size(MAX_HEADERS);
+                                s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32);
+                                s.serve(service).await
+                            }
+                            Err(e) => Err(e),
+                        },
+                    };
+                    if let Err(e) = r {
+                        tracing::error!("API server: {e}");
+                    }
+                });
+            })
+            .map_err(ApiError::Start)?;
+        Ok(Server { addr, handle, thread: Some(thread) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop: connections get `grace` to finish (live results streams are cut).
+    pub fn stop(mut self, grace: Duration) {
+        self.handle.graceful_shutdown(Some(grace));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! `infer-stream serve`: a pipeline as a long-lived service with its API.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use infer_stream::api::{self, ApiSettings, ApiState};
+use infer_stream::config::Diagnostics;
+use infer_stream::frame::Accounting;
+use infer_stream::metrics::Metrics;
+use infer_stream::runtime::{Pipeline, ResultsHub, Shutdown};
+use infer_stream::stages::BuildOptions;
+
+use super::{STARTED, build_checked, check_before_run, exit, exit_code, install_signals, load_checked, print_diags};
+
+/// How long `DELETE /v1/streams/{id}` waits for the stream's outputs to close.
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
+
+pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBuf>, report_path: Option<&Path>, quiet: bool) -> Result<u8> {
+    let sd = Shutdown::new();
+    install_signals(sd.clone())?;
+    let opts = BuildOptions { ort_library, batch_state: false, shutdown: Some(sd.clone()), ..Default::default() };
+    let (cfg, graph) = match load_checked(path) {
+        Ok(x) => x,
+        Err(d) => return Ok(print_diags(&d)),
+    };
+    if let Err(code) = check_before_run(&cfg, &graph, true) {
+        return Ok(code);
+    }
+    let settings = match ApiSettings::from_config(&cfg, listen) {
+        Ok(s) => s,
+        Err(d) => return Ok(print_diags(&Diagnostics(vec![d]))),
+    };
+    // The port is taken before models load: one in use fails at once (exit 2).
+    let listener = match api::bind(settings.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: API: {e}");
+            if let Some(h) = e.help() {
+                eprintln!("  = help: {h}");
+            }
+            return Ok(exit::CONFIG);
+        }
+    };
+    let metrics = Metrics::new();
+    let bodies = match build_checked(&cfg, &graph, &opts) {
+        Ok(b) => b,
+        Err(d) => return Ok(print_diags(&d)),
+    };
+    let mut pipeline = Pipeline::new(&cfg, graph, bodies);
+    let control = pipeline.control(ResultsHub::new(settings.results_buffer));
+    control.running_under(sd.clone());
+    let acct = Arc::new(Accounting::default());
+    metrics.watch(&pipeline, acct.clone(), sd.clone());
+    let open = settings.auth.is_open();
+    let state = ApiState { control: control.clone(), metrics: metrics.clone(), auth: settings.auth.clone(), drain_wait: DRAIN_WAIT };
+    let server = api::Server::start(listener, &settings, state).context("starting the API")?;
+    let scheme = if settings.tls.is_some() { "https" } else { "http" };
+    tracing::info!(
+        "pipeline `{}` from {}: serving on {scheme}://{}{}{} (ready in {:.0} ms)",
+        pipeline.name,
+        path.display(),
+        server.local_addr(),
+        if settings.mtls { ", client certificates required" } else { "" },
+        if open { ", no tokens: open to this machine" } else { "" },
+        STARTED.get().map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3)
+    );
+    for n in &pipeline.nodes {
+        tracing::info!("  {} `{}` ({}): {}", n.role.noun(), n.name, n.kind, infer_stream::config::mask_credentials(&n.describe));
+    }
+    let report = pipeline.run(sd.clone(), acct, None);
+    // The file's inputs ended (no template keeps the pipeline up): the API stays until asked to stop.
+    if !sd.stopping() {
+        tracing::info!("the pipeline's inputs ended; serving until stopped (SIGTERM or Ctrl-C)");
+        while !sd.stopping() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    server.stop(Duration::from_secs(1));
+    if !quiet {
+        eprintln!("{}", report.render());
+    }
+    if let Some(p) = report_path {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(exit_code(&report))
+}

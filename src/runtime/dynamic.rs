@@ -1,0 +1,183 @@
+//! Sources whose streams come and go while the pipeline runs (`dynamic = true`,
+//! `infer-stream serve`). The node is one source that runs a worker thread per
+//! stream: each worker decodes its own stream (its own frames, tickets, stop
+//! flag and counters) and hands frames to the node's thread, which sends them
+//! on to the same stages as every other stream. A stream removed stops alone:
+//! its frames in flight drain, the sinks close its per-stream files, and no
+//! other stream notices.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, bounded, never, unbounded};
+use serde_json::{Map, Value};
+
+use super::control::StreamSlot;
+use super::{Msg, NodeStats, Shutdown, SourceCtx, panic_message};
+use crate::stages::Source;
+
+/// Makes the source of one added stream: checked when the stream is asked
+/// for, built (and connected) on the stream's own thread.
+pub struct Prepared {
+    /// The input as shown (credentials masked).
+    pub shown: String,
+    /// Whether readiness waits for this stream while it is down.
+    pub required: bool,
+    /// Build the source (may take a while: an RTSP camera is connected here).
+    pub build: Box<dyn FnOnce() -> Result<Box<dyn Source>, String> + Send>,
+}
+
+/// Checks an added stream's settings (`id`, then the keys the template
+/// allows) and prepares its source; `Err` says what to fix.
+pub type Prepare = Box<dyn Fn(&str, &Map<String, Value>) -> Result<Prepared, String> + Send + Sync>;
+
+/// What the API asks of a template's node.
+pub(crate) enum Command {
+    Start(Arc<StreamSlot>, Prepared),
+}
+
+/// A source template: its name, the keys added streams may set, and the way
+/// to its node.
+pub struct Template {
+    pub source: String,
+    pub kind: &'static str,
+    pub allow: Vec<String>,
+    pub(crate) prepare: Prepare,
+    tx: Sender<Command>,
+    rx: Mutex<Option<Receiver<Command>>>,
+}
+
+impl Template {
+    pub fn new(source: String, kind: &'static str, allow: Vec<String>, prepare: Prepare) -> Arc<Self> {
+        let (tx, rx) = unbounded();
+        Arc::new(Template { source, kind, allow, prepare, tx, rx: Mutex::new(Some(rx)) })
+    }
+
+    pub(crate) fn send(&self, c: Command) -> bool {
+        self.tx.send(c).is_ok()
+    }
+}
+
+/// The node of a template: no stream of its own, one worker per added stream.
+pub struct DynamicSource {
+    template: Arc<Template>,
+    describe: String,
+}
+
+impl DynamicSource {
+    pub fn new(template: Arc<Template>, describe: String) -> Self {
+        DynamicSource { template, describe }
+    }
+}
+
+struct Worker {
+    slot: Arc<StreamSlot>,
+    thread: JoinHandle<()>,
+}
+
+impl Source for DynamicSource {
+    fn is_live(&self) -> bool {
+        true
+    }
+    fn required(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+    fn template(&self) -> Option<Arc<Template>> {
+        Some(self.template.clone())
+    }
+
+    fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
+        let commands = self.template.rx.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(never);
+        // Frames and events of every stream, to be sent on from this thread.
+        let (tx, rx) = bounded::<Msg>(16);
+        let mut workers: Vec<Worker> = Vec::new();
+        while !ctx.stopping() {
+            crossbeam_channel::select! {
+                recv(commands) -> c => if let Ok(Command::Start(slot, prepared)) = c {
+                    match start(ctx, slot.clone(), prepared, tx.clone()) {
+                        Ok(thread) => workers.push(Worker { slot, thread }),
+                        Err(e) => slot.failed(format!("cannot start its thread: {e}")),
+                    }
+                },
+                recv(rx) -> m => if let Ok(m) = m {
+                    forward(ctx, m);
+                },
+                default(Duration::from_millis(50)) => {}
+            }
+            workers.retain(|w| !w.thread.is_finished());
+        }
+        // Stop every stream; send on what they still hand over until all are done.
+        for w in &workers {
+            w.slot.stop();
+        }
+        drop(tx);
+        while let Ok(m) = rx.recv() {
+            forward(ctx, m);
+        }
+        for w in workers {
+            let _ = w.thread.join();
+        }
+        Ok(())
+    }
+}
+
+fn forward(ctx: &mut SourceCtx<'_>, m: Msg) {
+    match m {
+        Msg::Frame(f) => {
+            ctx.emit(f);
+        }
+        Msg::Event(e) => {
+            if let Some(send) = ctx.events {
+                send(e);
+            }
+        }
+    }
+}
+
+/// Start one stream's worker thread.
+fn start(ctx: &SourceCtx<'_>, slot: Arc<StreamSlot>, prepared: Prepared, tx: Sender<Msg>) -> std::io::Result<JoinHandle<()>> {
+    let flushed = slot.clone();
+    let input = ctx.open_input(slot.id.clone(), move |end, ok| flushed.flushed(&end, ok));
+    let acct = ctx.acct.clone();
+    let index = ctx.index;
+    let restart = slot.restart;
+    std::thread::Builder::new().name(format!("stream:{}", slot.id)).spawn(move || {
+        let built = catch_unwind(AssertUnwindSafe(prepared.build)).unwrap_or_else(|p| Err(format!("panic: {}", panic_message(p))));
+        let mut src = match built {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("stream `{}` ({}): {e}", slot.id, slot.shown);
+                slot.failed(e);
+                return;
+            }
+        };
+        let stats: &NodeStats = &slot.stats;
+        stats.required.store(src.required(), Ordering::Relaxed);
+        let sd: Arc<Shutdown> = slot.stop_flag();
+        let frames = tx.clone();
+        let mut emit = move |f| frames.send(Msg::Frame(f)).is_ok();
+        let events = move |e| {
+            let _ = tx.send(Msg::Event(e));
+        };
+        let mut sctx = SourceCtx::new(slot.id.clone(), index, &sd, &acct, stats, &mut emit).with_events(&events);
+        sctx.input = Some(input);
+        tracing::info!("stream `{}` of `{}` started: {}", slot.id, slot.source, slot.shown);
+        let err = super::drive_source(&mut src, &mut sctx, stats, restart);
+        sctx.finish();
+        drop(sctx);
+        stats.finish();
+        match err {
+            Some(e) => {
+                tracing::warn!("stream `{}`: {e}", slot.id);
+                slot.failed(e);
+            }
+            None => slot.worker_done(),
+        }
+    })
+}
