@@ -2046,10 +2046,7 @@ pub fn decode_picture(data: &[u8], max_pixels: u64, pool: &Pool<u8>) -> Result<I
     }
     let mut dec = ctx.decoder().video().map_err(|e| format!("cannot open the {what} decoder: {e}"))?;
     let mut frame = ff::frame::Video::empty();
-    let decoded = dec
-        .send_packet(&ff::Packet::copy(data))
-        .and_then(|_| dec.send_eof())
-        .and_then(|_| dec.receive_frame(&mut frame));
+    let decoded = dec.send_packet(&ff::Packet::copy(data)).and_then(|_| dec.send_eof()).and_then(|_| dec.receive_frame(&mut frame));
     if let Err(e) = decoded {
         return Err(format!("the {what} picture cannot be decoded ({e}): cut short or corrupt"));
     }

@@ -46,7 +46,8 @@ def main():
     ap.add_argument("--slow-ms", type=int, default=0)
     a = ap.parse_args()
     pb, rpc = stubs()
-    channel = grpc.insecure_channel(a.addr)
+    # No window tuning: a slow reader soon leaves messages on the server.
+    channel = grpc.insecure_channel(a.addr, options=[("grpc.http2.bdp_probe", 0)])
     stub = rpc.InferStreamStub(channel)
     metadata = [("authorization", f"Bearer {a.token}")] if a.token else None
     try:
@@ -65,7 +66,7 @@ def main():
                 }
                 for b in r.boxes
             ]
-            reply = {"request_id": r.request_id, "results": json.loads(r.results_json), "boxes": boxes, "width": r.width, "height": r.height}
+            reply = {"request_id": r.request_id, "frame": json.loads(r.results_json), "boxes": boxes, "width": r.width, "height": r.height}
             print(json.dumps({"ok": reply}))
         else:
             got = 0

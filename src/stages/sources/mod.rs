@@ -8,8 +8,8 @@ pub mod file;
 #[cfg(feature = "gstreamer")]
 pub mod gst;
 pub mod images;
-pub mod rtsp;
 pub mod request;
+pub mod rtsp;
 pub mod template;
 pub mod testsrc;
 
