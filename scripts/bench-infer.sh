@@ -25,11 +25,11 @@ ffmpeg -nostdin -y -loglevel error -ss 2 -i samples/eval-720p.mp4 -frames:v 1 "$
 "$bin" -q serve pipelines/serve-infer.toml --listen "$addr" 2>"$work/serve.log" &
 server=$!
 for _ in $(seq 200); do
-  curl -sf -m 1 -o /dev/null "http://$addr/readyz" && break
+  curl -sf -m 1 -o /dev/null "http://$addr/healthz" && break
   kill -0 "$server" 2>/dev/null || { cat "$work/serve.log" >&2; die "serve exited"; }
   sleep 0.1
 done
-curl -sf -o /dev/null "http://$addr/readyz" || die "serve did not become ready on $addr"
+curl -sf -o /dev/null "http://$addr/healthz" || die "serve did not start on $addr"
 # One request first: the model's first run is not part of the figures.
 curl -sf -o /dev/null --data-binary @"$work/frame.jpg" "http://$addr/v1/infer"
 
