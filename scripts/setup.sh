@@ -12,3 +12,4 @@ scripts/fetch-eval-deps.sh
 scripts/fetch-brokers.sh
 scripts/fetch-deploy-tools.sh
 scripts/fetch-schemathesis.sh
+scripts/fetch-grpc-client.sh

@@ -5,7 +5,9 @@
 //! through the runtime's narrow [`Control`] handle, never a stage.
 
 pub mod auth;
+pub mod grpc;
 pub mod health;
+pub mod infer;
 pub mod results;
 pub mod streams;
 pub mod tls;
@@ -97,9 +99,9 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message, "status": status.as_u16() }))).into_response()
 }
 
-/// gRPC services on the same listener (tonic's [`tonic::service::Routes`]); none yet.
-fn grpc_routes(_state: &ApiState) -> Option<tonic::service::Routes> {
-    None
+/// gRPC services on the same listener (tonic's [`tonic::service::Routes`]).
+fn grpc_routes(state: &ApiState) -> Option<tonic::service::Routes> {
+    Some(grpc::routes(state))
 }
 
 /// Every route set, merged, behind the auth layer and the body limit.
@@ -109,6 +111,7 @@ pub fn router(state: ApiState, max_body: usize) -> Router {
         .merge(results::routes())
         .merge(health::routes())
         // Request/response inference routes are merged here.
+        .merge(infer::routes())
         .with_state(state.clone());
     let mut app = http;
     if let Some(grpc) = grpc_routes(&state) {

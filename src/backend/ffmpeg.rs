@@ -2012,3 +2012,70 @@ mod tests {
         assert_eq!(get(encoder_options("libx264", &settings("auto", Some("veryfast"))), "preset").as_deref(), Some("veryfast"));
     }
 }
+
+/// Decode one JPEG or PNG picture held in memory (the body of a request) with
+/// the decoder an `image_sequence` uses for a file of that format, strictly
+/// (a cut or corrupt picture is an error, not concealed), so the same picture
+/// gives the same pixels either way. A picture over `max_pixels` is refused
+/// before its pixels are allocated. `Err` says what is wrong, for the sender.
+pub fn decode_picture(data: &[u8], max_pixels: u64, pool: &Pool<u8>) -> Result<Image, String> {
+    init();
+    let id = if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        ff::codec::Id::MJPEG
+    } else if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+        ff::codec::Id::PNG
+    } else if data.is_empty() {
+        return Err("the picture is empty (0 bytes)".into());
+    } else {
+        return Err(format!("not a JPEG or PNG picture (it starts with bytes {:02x?})", &data[..data.len().min(4)]));
+    };
+    let what = if id == ff::codec::Id::PNG { "PNG" } else { "JPEG" };
+    if let Some((w, h)) = picture_size(data)
+        && w as u64 * h as u64 > max_pixels
+    {
+        return Err(format!("the {what} picture is {w}x{h} ({} pixels), over the limit of {max_pixels} pixels", w as u64 * h as u64));
+    }
+    let codec = ff::decoder::find(id).ok_or_else(|| format!("this FFmpeg has no {what} decoder"))?;
+    let mut ctx = ff::codec::context::Context::new_with_codec(codec);
+    // SAFETY: `ctx` is an unopened codec context we own; `max_pixels` and
+    // `err_recognition` are documented decoder options read when it opens and
+    // when frames are allocated.
+    unsafe {
+        (*ctx.as_mut_ptr()).max_pixels = max_pixels.min(i64::MAX as u64) as i64;
+        (*ctx.as_mut_ptr()).err_recognition |= ffi::AV_EF_EXPLODE;
+    }
+    let mut dec = ctx.decoder().video().map_err(|e| format!("cannot open the {what} decoder: {e}"))?;
+    let mut frame = ff::frame::Video::empty();
+    let decoded = dec.send_packet(&ff::Packet::copy(data)).and_then(|_| dec.send_eof()).and_then(|_| dec.receive_frame(&mut frame));
+    if let Err(e) = decoded {
+        return Err(format!("the {what} picture cannot be decoded ({e}): cut short or corrupt"));
+    }
+    copy_to_image(&frame, pool)
+}
+
+/// The size a PNG (its IHDR) or JPEG (its first frame header) declares.
+fn picture_size(data: &[u8]) -> Option<(u32, u32)> {
+    let be16 = |d: &[u8], at: usize| Some(u16::from_be_bytes([*d.get(at)?, *d.get(at + 1)?]) as u32);
+    let be32 = |d: &[u8], at: usize| Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?));
+    if data.starts_with(b"\x89PNG") {
+        return Some((be32(data, 16)?, be32(data, 20)?));
+    }
+    // JPEG: markers from after SOI; SOFn (C0-CF but C4, C8, CC) hold height then width.
+    let mut at = 2;
+    while at + 4 <= data.len() {
+        if data[at] != 0xFF {
+            return None;
+        }
+        let marker = data[at + 1];
+        if marker == 0xFF {
+            at += 1;
+            continue;
+        }
+        let len = be16(data, at + 2)? as usize;
+        if (0xC0..=0xCF).contains(&marker) && ![0xC4, 0xC8, 0xCC].contains(&marker) {
+            return Some((be16(data, at + 7)?, be16(data, at + 5)?));
+        }
+        at += 2 + len;
+    }
+    None
+}

@@ -39,6 +39,7 @@ pub enum NodeKind {
     KafkaJobs(KafkaSourceConfig),
     Kafka(KafkaSinkConfig),
     Mqtt(MqttSinkConfig),
+    Request(RequestSourceConfig),
 }
 
 impl NodeKind {
@@ -70,11 +71,12 @@ impl NodeKind {
             NodeKind::Analytics(_) => "analytics",
             NodeKind::KafkaJobs(_) | NodeKind::Kafka(_) => "kafka",
             NodeKind::Mqtt(_) => "mqtt",
+            NodeKind::Request(_) => "request",
         }
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections", "kafka"];
+const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections", "kafka", "request"];
 const STAGE_KINDS: &[&str] = &[
     "preprocess",
     "infer",
@@ -127,6 +129,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Source, "kafka") => NodeKind::KafkaJobs(KafkaSourceConfig::deserialize(d)?),
         (Role::Sink, "kafka") => NodeKind::Kafka(KafkaSinkConfig::deserialize(d)?),
         (Role::Sink, "mqtt") => NodeKind::Mqtt(MqttSinkConfig::deserialize(d)?),
+        (Role::Source, "request") => NodeKind::Request(RequestSourceConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
@@ -1664,4 +1667,32 @@ fn mqtt_qos() -> u8 {
 }
 fn mqtt_keep_alive() -> u64 {
     30
+}
+
+/// `kind = "request"`: pictures sent to `infer-stream serve` (`POST /v1/infer`,
+/// gRPC `Infer`), one frame per request, answered with the frame's results.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSourceConfig {
+    /// Requests waiting to start at most; beyond it a request is refused as busy (HTTP 503).
+    #[serde(default = "request_max_waiting")]
+    pub max_waiting: Spanned<usize>,
+    /// Deadline of a request that sets none, in milliseconds (HTTP 504 past it).
+    #[serde(default = "request_timeout_ms")]
+    pub timeout_ms: Spanned<u64>,
+    /// Largest picture accepted, in bytes of the encoded file (HTTP 413 beyond it).
+    #[serde(default = "request_max_bytes")]
+    pub max_bytes: Spanned<usize>,
+    /// Largest picture (width × height) accepted; default `[pipeline] max_pixels`.
+    pub max_pixels: Option<u64>,
+}
+
+fn request_max_waiting() -> Spanned<usize> {
+    Spanned::new(0..0, 64)
+}
+fn request_timeout_ms() -> Spanned<u64> {
+    Spanned::new(0..0, 10_000)
+}
+fn request_max_bytes() -> Spanned<usize> {
+    Spanned::new(0..0, 16 << 20)
 }

@@ -61,7 +61,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Rtsp(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
-        NodeKind::TestSrc(_) | NodeKind::ImageSequence(_) => DataType::Video,
+        NodeKind::TestSrc(_) | NodeKind::ImageSequence(_) | NodeKind::Request(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
         NodeKind::AudioLevel(_) => DataType::Level,
         NodeKind::Preprocess(_) => DataType::Tensor,

@@ -93,7 +93,11 @@ impl Metrics {
         // A template of added streams has no stream of its own: its streams' readiness is the API's.
         for s in w.nodes.iter().filter(|s| s.role == Role::Source && !s.dynamic.load(Ordering::Relaxed)) {
             match stream_state(s) {
-                StreamState::Waiting => return Err(format!("not ready: source `{}` has not produced a frame yet", s.name)),
+                // A source that is not required (a request source: frames only when asked) is ready without one.
+                StreamState::Waiting if s.required.load(Ordering::Relaxed) => {
+                    return Err(format!("not ready: source `{}` has not produced a frame yet", s.name));
+                }
+                StreamState::Waiting => {}
                 StreamState::Lost { secs, reason } if s.required.load(Ordering::Relaxed) => {
                     return Err(format!("not ready: stream `{}` is lost ({reason}) for {secs:.1} s, reconnecting", s.name));
                 }

@@ -246,6 +246,8 @@ pub struct Control {
     /// Every stream by id: the file's sources, then added streams.
     streams: Mutex<BTreeMap<Arc<str>, Arc<StreamSlot>>>,
     results: Arc<ResultsHub>,
+    /// The request sources' hubs (request/response inference).
+    requests: std::sync::OnceLock<Vec<super::request::RequestHub>>,
     shutdown: Mutex<Option<Arc<Shutdown>>>,
     started: Instant,
     index_of: BTreeMap<String, (u32, RestartPolicy)>,
@@ -300,6 +302,7 @@ impl Control {
             templates: templates.into_iter().map(|(_, _, t)| (t.source.clone(), t)).collect(),
             streams: Mutex::new(streams),
             results,
+            requests: std::sync::OnceLock::new(),
             shutdown: Mutex::new(None),
             started: Instant::now(),
             index_of,
@@ -322,6 +325,16 @@ impl Control {
     /// Where live results are published.
     pub fn results(&self) -> &Arc<ResultsHub> {
         &self.results
+    }
+
+    /// The request sources, to submit pictures through (`POST /v1/infer`, gRPC `Infer`).
+    pub fn request_hubs(&self) -> &[super::request::RequestHub] {
+        self.requests.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Set once, when the handle is made.
+    pub(crate) fn set_request_hubs(&self, hubs: Vec<super::request::RequestHub>) {
+        let _ = self.requests.set(hubs);
     }
 
     pub fn name(&self) -> &str {

@@ -5,6 +5,7 @@ pub mod control;
 pub mod dynamic;
 pub mod ends;
 pub mod report;
+pub mod request;
 pub mod results;
 pub mod stats;
 pub mod trace;
@@ -425,6 +426,8 @@ pub struct Pipeline {
     /// Live counters, one per node (shared with progress, summary and metrics).
     stats: Vec<Arc<NodeStats>>,
     tracer: Option<Arc<trace::Tracer>>,
+    /// Per node: the hub of a request source, answered from the sinks.
+    replies: Arc<[Option<request::RequestHub>]>,
     /// Where the first sink publishes live results (`serve`).
     results: Option<Arc<ResultsHub>>,
 }
@@ -478,7 +481,14 @@ impl Pipeline {
                 let _ = st.delivery.set(d);
             }
         }
-        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, results: None }
+        let replies = nodes
+            .iter()
+            .map(|nd| match &nd.body {
+                Body::Source(s) => s.request_hub(),
+                _ => None,
+            })
+            .collect();
+        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, results: None, replies }
     }
 
     /// Record one span per frame per node (and queue waits) into `tracer`.
@@ -516,12 +526,19 @@ impl Pipeline {
                 }
             }
         }
-        Control::new(self.name.clone(), shapes, self.stats.clone(), templates, statics, results)
+        let control = Control::new(self.name.clone(), shapes, self.stats.clone(), templates, statics, results);
+        control.set_request_hubs(self.request_hubs());
+        control
     }
 
     /// Each node's live counters, available before and during the run.
     pub fn stats(&self) -> &[Arc<NodeStats>] {
         &self.stats
+    }
+
+    /// The hubs of the request sources, by source name: what a service submits pictures through.
+    pub fn request_hubs(&self) -> Vec<request::RequestHub> {
+        self.replies.iter().flatten().cloned().collect()
     }
 
     /// Frames the sources expect to produce, if all of them know.
@@ -620,6 +637,7 @@ impl Pipeline {
                 ends: ends.clone(),
                 sink: sink_index[i].zip(end_rxs[i].take()),
                 inputs: input_log.clone(),
+                replies: self.replies.clone(),
                 results: self.results.clone().filter(|_| sink_index[i] == Some(0)),
             };
             let h = std::thread::Builder::new()
@@ -738,6 +756,8 @@ struct Links {
     /// For a sink: its index among the sinks and where ended streams arrive.
     sink: Option<(usize, Receiver<Arc<str>>)>,
     inputs: Arc<InputLog>,
+    /// Request sources' hubs by node index: a sink's written frame answers its request.
+    replies: Arc<[Option<request::RequestHub>]>,
     /// The first sink publishes what it writes here.
     results: Option<Arc<ResultsHub>>,
 }
@@ -965,6 +985,9 @@ fn run_node(
                             hub.publish(&frame.stream, results::ResultKind::Frame, || {
                                 crate::stages::sinks::ndjson::frame_json(&frame).to_string()
                             });
+                        }
+                        if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {
+                            hub.deliver(&frame);
                         }
                         frame.ticket.sunk();
                         st.passed(&frame);

@@ -68,6 +68,11 @@ pub trait Source: Send {
     fn reopen(&mut self) -> Result<(), String> {
         Err("this kind of source cannot start again".into())
     }
+    /// A request source: the handle a service submits pictures through (the
+    /// runtime answers them from the sinks).
+    fn request_hub(&self) -> Option<crate::runtime::request::RequestHub> {
+        None
+    }
     /// A template of streams added at run time (`dynamic = true`): how to add them.
     fn template(&self) -> Option<Arc<crate::runtime::dynamic::Template>> {
         None
@@ -375,6 +380,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
             NodeKind::KafkaJobs(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
+            NodeKind::Request(c) => sources::request::RequestSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
                 Err(d) => Err(d),

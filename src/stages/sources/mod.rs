@@ -10,6 +10,7 @@ pub mod file;
 pub mod gst;
 pub mod images;
 pub mod kafka;
+pub mod request;
 pub mod rtsp;
 pub mod template;
 pub mod testsrc;
