@@ -21,8 +21,8 @@ pub mod api;
 #[allow(unsafe_code)]
 pub mod backend;
 pub mod bench;
-pub mod capacity;
 pub mod bus;
+pub mod capacity;
 pub mod config;
 pub mod doctor;
 pub mod frame;

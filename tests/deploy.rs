@@ -518,8 +518,9 @@ fn helm_chart_lints_renders_and_validates_for_each_value_set() {
     }
     // The workers' pipeline is one the binary accepts, with the variables the Deployment sets.
     let dir = tempfile::tempdir().unwrap();
-    let here =
-        worker_toml.replace("/opt/infer-stream/", &format!("{}/", root().display())).replace("/data/", &format!("{}/", dir.path().display()));
+    let here = worker_toml
+        .replace("/opt/infer-stream/", &format!("{}/", root().display()))
+        .replace("/data/", &format!("{}/", dir.path().display()));
     std::fs::write(dir.path().join("workers.toml"), here).unwrap();
     let mut validate = bin();
     validate.arg("validate").arg(dir.path().join("workers.toml"));

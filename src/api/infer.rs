@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -147,7 +148,12 @@ async fn picture_of(req: Request, limit: usize) -> Result<Vec<u8>, Response> {
     Ok(out)
 }
 
-async fn infer(State(state): State<ApiState>, Query(q): Query<InferQuery>, req: Request) -> Response {
+async fn infer(State(state): State<ApiState>, query: Result<Query<InferQuery>, QueryRejection>, req: Request) -> Response {
+    // A bad query gets the API's JSON error, not the extractor's plain text.
+    let q = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
     let hub = match hub_for(&state, q.source.as_deref()) {
         Ok(h) => h,
         Err((status, why)) => return error(status, why),

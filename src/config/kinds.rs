@@ -76,7 +76,8 @@ impl NodeKind {
     }
 }
 
-const SOURCE_KINDS: &[&str] = &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections", "kafka", "request"];
+const SOURCE_KINDS: &[&str] =
+    &["file", "rtsp", "dir", "image_sequence", "audio", "testsrc", "audio_testsrc", "detections", "kafka", "request"];
 const STAGE_KINDS: &[&str] = &[
     "preprocess",
     "infer",
