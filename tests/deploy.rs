@@ -946,5 +946,6 @@ fn promql_metric_names_are_found() {
     assert_eq!(metric_names(e), ["infer_stream_frames_dropped_total", "infer_stream_stream_lost_total", "up"].map(String::from).into());
     assert_eq!(signal("histogram_quantile(0.99, x) > 2"), "histogram_quantile(0.99, x)");
     assert_eq!(signal("a / b > 0.01"), "a / b");
-    assert_eq!(signal("deriv(a[5m]) > 0 and a > 64 * 1024"), "deriv(a[5m]) > 0 and a > 64 * 1024");
+    assert_eq!(signal("deriv(a[5m]) > 0 and a > 64 * 1024"), "deriv(a[5m]) and a");
+    assert_eq!(signal("rate(a[1m]) and on (stream) b > 2"), "rate(a[1m]) and on (stream) b");
 }
