@@ -10,12 +10,13 @@
 mod util;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use util::brokers::free_port;
 use util::*;
 
 /// Kills and reaps a child process when the test ends, passed or panicked.
@@ -42,21 +43,6 @@ fn ok(cmd: &mut Command) -> String {
 /// A container's output so far, for failure messages.
 fn logs(name: &str) -> String {
     podman().args(["logs", name]).output().map(|o| out(&o)).unwrap_or_default()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// (status, body) of `GET path`, or `None` when nothing answers.
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let (head, body) = resp.split_once("\r\n\r\n")?;
-    Some((head.split_whitespace().nth(1)?.parse().ok()?, body.to_string()))
 }
 
 fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {

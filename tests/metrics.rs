@@ -3,13 +3,14 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use util::brokers::free_port;
 use util::*;
 
 /// Kills and reaps a child process when the test ends, passed or panicked.
@@ -25,21 +26,6 @@ impl Drop for Reaped {
 fn require_prometheus() {
     let found = Command::new("prometheus").arg("--version").output().is_ok_and(|o| o.status.success());
     assert!(found, "`prometheus` is not installed: run scripts/setup.sh (it installs Debian's prometheus package)");
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// (status, body) of `GET path`, or `None` when nothing answers.
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let (head, body) = resp.split_once("\r\n\r\n")?;
-    Some((head.split_whitespace().nth(1)?.parse().ok()?, body.to_string()))
 }
 
 /// The value of the sample `series` (name and labels exactly as exposed) in a scrape.

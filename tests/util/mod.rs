@@ -142,3 +142,15 @@ pub fn speech_f1(got: &[(f64, f64)], want: &[(f64, f64)], duration: f64) -> f64 
     }
     2.0 * tp / (2.0 * tp + fp + fneg)
 }
+
+/// (status, body) of `GET path`, or `None` when nothing answers.
+pub fn get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).ok()?;
+    use std::io::{Read, Write};
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    Some((head.split_whitespace().nth(1)?.parse().ok()?, body.to_string()))
+}
