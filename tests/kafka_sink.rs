@@ -196,15 +196,15 @@ fn a_broker_killed_mid_run_and_restarted_loses_nothing() {
     let mut broker = tansu(dir.path(), "memory://tansu/");
     create_topic(&broker, "live");
     let frames = 300;
-    // Tansu in memory also forgets producer ids with its restart, which stalls the
-    // idempotent producer (nothing is lost: it all stays in the spool); here one
-    // request in flight keeps the order instead.
+    // The producer's defaults (idempotent, acks = all, 5 requests in flight).
+    // Tansu in memory also forgets producer ids with its restart and refuses
+    // the producer's sequence from then on: the stall check makes a new one.
     let text = testsrc(frames, 20)
         + &kafka_sink(
             &broker.addr(),
             "live",
             &dir.path().join("spool"),
-            "buffer_messages = 40\nflush_timeout_ms = 20000\nidempotent = false\nclient = { \"max.in.flight.requests.per.connection\" = \"1\" }\nqueue = { when_full = \"block\" }\n",
+            "buffer_messages = 40\nflush_timeout_ms = 20000\nstall_timeout_ms = 2000\nqueue = { when_full = \"block\" }\n",
         );
     let p = dir.path().join("live.toml");
     std::fs::write(&p, &text).unwrap();
@@ -231,6 +231,7 @@ fn a_broker_killed_mid_run_and_restarted_loses_nothing() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("the broker is unreachable"), "said loudly:\n{err}");
     assert!(err.contains("the broker is reachable again"), "said loudly:\n{err}");
+    assert!(err.contains("acknowledged nothing for 2000 ms: the client was started again"), "the stuck producer was made again:\n{err}");
     let line = delivery_line(&err, "bus");
     assert!(figure(line, "spooled") > 0, "10 s at 20 fps is more than the 40 messages of memory: {line}");
     assert!(figure(line, "delivered") >= frames - before.len() as u64, "{line}");

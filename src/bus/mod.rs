@@ -14,6 +14,11 @@
 //! *delivered* when the broker acknowledged it (Kafka delivery report, MQTT
 //! PUBACK at QoS 1); until then the [`Outbox`] keeps a copy, and what is left
 //! at exit is written to the spool.
+//!
+//! A client that is connected but acknowledges nothing for `stall_timeout`
+//! (a broker that lost its producer state when it restarted keeps refusing
+//! the idempotent producer's sequence) is started again, and every message
+//! in flight is handed to the new client in order: delivered at least once.
 
 pub mod spool;
 
@@ -124,6 +129,8 @@ pub enum Note {
     Down(String),
     /// The message with this token is being sent again (a reconnect).
     Resent(u64),
+    /// Whether the client holds a working connection to a broker now.
+    Link(bool),
 }
 
 /// A client that delivers messages and keeps retrying each one (in order)
@@ -133,6 +140,12 @@ pub trait Transport: Send {
     fn submit(&mut self, token: u64, msg: &Arc<Message>) -> Result<(), String>;
     /// Stop: nothing more is sent or acknowledged after this.
     fn close(&mut self);
+    /// Replace the client by a new one (what was handed over and not
+    /// acknowledged is forgotten; the outbox submits it again). `Ok(false)`:
+    /// this transport cannot.
+    fn restart(&mut self) -> Result<bool, String> {
+        Ok(false)
+    }
 }
 
 /// How an [`Outbox`] is bounded.
@@ -144,6 +157,9 @@ pub struct Limits {
     pub spool_max_bytes: u64,
     /// How long `end_stream` and `finish` wait for acknowledgements.
     pub flush_timeout: Duration,
+    /// Connected, messages in flight, and no acknowledgement for this long:
+    /// the client is started again (`None`: never).
+    pub stall_timeout: Option<Duration>,
 }
 
 /// A message handed to the transport, not yet acknowledged.
@@ -171,6 +187,10 @@ pub struct Outbox<T: Transport> {
     /// A flush timed out and no acknowledgement came since: later flushes do not wait again.
     stalled: bool,
     closed: bool,
+    /// The client says it is connected (its last [`Note::Link`]).
+    linked: bool,
+    /// The last acknowledgement, restart, or the moment something went in flight with nothing before it.
+    progress_at: Instant,
 }
 
 impl<T: Transport> Outbox<T> {
@@ -203,6 +223,8 @@ impl<T: Transport> Outbox<T> {
             stats,
             stalled: false,
             closed: false,
+            linked: false,
+            progress_at: Instant::now(),
         };
         if !pending.is_empty() {
             tracing::info!(
@@ -238,6 +260,9 @@ impl<T: Transport> Outbox<T> {
         if let Err(e) = self.transport.submit(token, &msg) {
             // The client's own queue is full: it stays in flight in our copy, sent again at the next reconnect.
             tracing::debug!("sink `{}`: {e}", self.name);
+        }
+        if self.inflight.is_empty() {
+            self.progress_at = Instant::now();
         }
         self.inflight.insert(token, InFlight { msg, at: Instant::now() });
     }
@@ -297,6 +322,7 @@ impl<T: Transport> Outbox<T> {
                         let _ = h.record(us.max(1));
                     }
                 }
+                self.progress_at = Instant::now();
                 if self.settle(token) {
                     self.stats.delivered.fetch_add(1, Ordering::Relaxed);
                     self.stalled = false;
@@ -314,6 +340,7 @@ impl<T: Transport> Outbox<T> {
                 }
             }
             Note::Down(reason) => {
+                self.linked = false;
                 if self.stats.up.swap(false, Ordering::Relaxed) {
                     tracing::warn!(
                         "sink `{}`: the broker is unreachable ({reason}); messages wait in memory, then in the spool {}",
@@ -325,6 +352,42 @@ impl<T: Transport> Outbox<T> {
             Note::Resent(_) => {
                 self.stats.retried.fetch_add(1, Ordering::Relaxed);
             }
+            Note::Link(up) => {
+                if up && !self.linked {
+                    // Connected again: the wait for an acknowledgement starts now.
+                    self.progress_at = Instant::now();
+                }
+                self.linked = up;
+            }
+        }
+    }
+
+    /// Connected, messages in flight, nothing acknowledged for `stall_timeout`:
+    /// start the client again and hand it everything in flight, in order.
+    fn unstick(&mut self) {
+        let Some(after) = self.limits.stall_timeout else { return };
+        if self.closed || !self.linked || self.inflight.is_empty() || self.progress_at.elapsed() < after {
+            return;
+        }
+        self.progress_at = Instant::now();
+        match self.transport.restart() {
+            Ok(false) => {}
+            Ok(true) => {
+                let again: Vec<(u64, Arc<Message>)> = self.inflight.iter().map(|(t, f)| (*t, f.msg.clone())).collect();
+                tracing::warn!(
+                    "sink `{}`: the broker is connected but acknowledged nothing for {} ms: the client was started again, and the {} message(s) in flight are sent again, in order",
+                    self.name,
+                    after.as_millis(),
+                    again.len()
+                );
+                self.stats.retried.fetch_add(again.len() as u64, Ordering::Relaxed);
+                for (token, msg) in again {
+                    if let Err(e) = self.transport.submit(token, &msg) {
+                        tracing::debug!("sink `{}`: {e}", self.name);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("sink `{}`: starting the client again: {e}", self.name),
         }
     }
 
@@ -334,6 +397,7 @@ impl<T: Transport> Outbox<T> {
         while let Ok(n) = self.notes.try_recv() {
             self.note(n);
         }
+        self.unstick();
         self.after_notes();
     }
 

@@ -20,7 +20,7 @@ fn msg(stream: &str, i: u32) -> Message {
 }
 
 fn limits(buffer: usize) -> Limits {
-    Limits { buffer_messages: buffer, spool_max_bytes: 1 << 20, flush_timeout: Duration::from_millis(100) }
+    Limits { buffer_messages: buffer, spool_max_bytes: 1 << 20, flush_timeout: Duration::from_millis(100), stall_timeout: None }
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn a_full_spool_drops_new_messages_and_counts_them() {
     let d = tempfile::tempdir().unwrap();
     let (_tx, rx) = crossbeam_channel::unbounded();
     let stats = Arc::new(Delivery::default());
-    let l = Limits { buffer_messages: 1, spool_max_bytes: 64, flush_timeout: Duration::ZERO };
+    let l = Limits { buffer_messages: 1, spool_max_bytes: 64, flush_timeout: Duration::ZERO, stall_timeout: None };
     let mut ob = Outbox::open("k", Recorder::default(), rx, &d.path().join("k.spool"), l, stats.clone()).unwrap();
     for i in 0..10 {
         ob.push(msg("a", i)).unwrap();
@@ -126,4 +126,60 @@ fn settings_are_checked_before_the_run_at_their_keys() {
         errors("kind = \"mqtt\"\nbroker = \"h:1\"\nprefix = \"a/#\"\n"),
         ["7:10 sink `bus`: an MQTT topic prefix cannot hold `+` or `#`"]
     );
+}
+
+/// Takes messages, acknowledges none, and can be started again.
+#[derive(Clone, Default)]
+struct Stuck {
+    given: Arc<Mutex<Vec<u64>>>,
+    restarts: Arc<Mutex<u32>>,
+}
+
+impl Transport for Stuck {
+    fn submit(&mut self, token: u64, _msg: &Arc<Message>) -> Result<(), String> {
+        self.given.lock().unwrap().push(token);
+        Ok(())
+    }
+    fn close(&mut self) {}
+    fn restart(&mut self) -> Result<bool, String> {
+        *self.restarts.lock().unwrap() += 1;
+        Ok(true)
+    }
+}
+
+#[test]
+fn a_connected_client_that_acknowledges_nothing_is_started_again_and_sent_everything_in_order() {
+    let d = tempfile::tempdir().unwrap();
+    let t = Stuck::default();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let stats = Arc::new(Delivery::default());
+    let mut l = limits(10);
+    l.stall_timeout = Some(Duration::from_millis(50));
+    let mut ob = Outbox::open("k", t.clone(), rx, &d.path().join("k.spool"), l, stats.clone()).unwrap();
+    for i in 0..4 {
+        ob.push(msg("a", i)).unwrap();
+    }
+    tx.send(Note::Acked(0)).unwrap();
+    // Not connected (as far as the client says): a broker away is waited for, not a reason to restart.
+    std::thread::sleep(Duration::from_millis(80));
+    ob.pump();
+    assert_eq!(*t.restarts.lock().unwrap(), 0);
+    // Connected, and still nothing acknowledged for the stall timeout.
+    tx.send(Note::Link(true)).unwrap();
+    ob.pump();
+    assert_eq!(*t.restarts.lock().unwrap(), 0, "the wait starts when the connection is up");
+    std::thread::sleep(Duration::from_millis(80));
+    ob.pump();
+    assert_eq!(*t.restarts.lock().unwrap(), 1);
+    assert_eq!(*t.given.lock().unwrap(), [0, 1, 2, 3, 1, 2, 3], "what was in flight, again, in order");
+    assert_eq!(stats.retried.load(Ordering::Relaxed), 3);
+    // The new client delivers: nothing more is restarted.
+    for tok in 1..4 {
+        tx.send(Note::Acked(tok)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(80));
+    ob.pump();
+    assert_eq!(*t.restarts.lock().unwrap(), 1);
+    assert_eq!(ob.pending(None), 0);
+    assert_eq!(stats.delivered.load(Ordering::Relaxed), 4);
 }

@@ -1593,6 +1593,13 @@ pub struct KafkaSinkConfig {
     /// How long the end of a stream and the end of the run wait for acknowledgements.
     #[serde(default = "flush_timeout_ms")]
     pub flush_timeout_ms: u64,
+    /// Connected with messages in flight and no acknowledgement for this long: the producer is made again (0: never).
+    #[serde(default = "stall_timeout_ms")]
+    pub stall_timeout_ms: u64,
+}
+
+fn stall_timeout_ms() -> u64 {
+    10_000
 }
 
 /// Which acknowledgement a Kafka message waits for.

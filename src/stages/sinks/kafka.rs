@@ -4,7 +4,10 @@
 //! retries). librdkafka retries each message until the broker has it
 //! (`message.timeout.ms = 0`); the [`Outbox`] keeps a copy until its delivery
 //! report, spools what does not fit in memory while the broker is away, and
-//! spools what is still undelivered at exit.
+//! spools what is still undelivered at exit. A producer that is connected
+//! but gets no acknowledgement for `stall_timeout_ms` (a broker that forgot
+//! its producer ids when it restarted) is made again and sent what is in
+//! flight, in order.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +17,7 @@ use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::bus::{Delivery, Limits, Message, Note, Outbox, Transport};
@@ -36,6 +40,12 @@ impl ClientContext for Reports {
             _ => tracing::debug!("librdkafka: {error}: {reason}"),
         }
     }
+
+    /// librdkafka's statistics (every second): whether a broker connection is up.
+    fn stats(&self, s: Statistics) {
+        let up = s.brokers.values().any(|b| b.state == "UP");
+        let _ = self.notes.send(Note::Link(up));
+    }
 }
 
 impl ProducerContext for Reports {
@@ -54,6 +64,15 @@ impl ProducerContext for Reports {
 
 struct Producer {
     producer: Option<ThreadedProducer<Reports>>,
+    /// What a new producer is made from (a restart).
+    config: ClientConfig,
+    notes: Sender<Note>,
+}
+
+impl Producer {
+    fn create(config: &ClientConfig, notes: Sender<Note>) -> Result<ThreadedProducer<Reports>, KafkaError> {
+        config.create_with_context(Reports { notes })
+    }
 }
 
 impl Transport for Producer {
@@ -66,6 +85,13 @@ impl Transport for Producer {
     fn close(&mut self) {
         // Dropping purges what is still queued (without delivery reports to wait for) and stops its threads.
         self.producer.take();
+    }
+
+    fn restart(&mut self) -> Result<bool, String> {
+        self.producer.take();
+        let p = Producer::create(&self.config, self.notes.clone()).map_err(|e| mask_credentials(&e.to_string()).into_owned())?;
+        self.producer = Some(p);
+        Ok(true)
     }
 }
 
@@ -122,6 +148,8 @@ pub fn client_config(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfi
         .set("queue.buffering.max.messages", (buffer + 1000).min(10_000_000).to_string())
         .set("reconnect.backoff.ms", "100")
         .set("reconnect.backoff.max.ms", "1000")
+        // Connection states for the stall check (`Note::Link`).
+        .set("statistics.interval.ms", "1000")
         .set("log_level", "3");
     if let Some(b) = c.batch_size {
         cc.set("batch.size", b.to_string());
@@ -169,7 +197,7 @@ impl KafkaSink {
     pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfig) -> Result<Self, Diagnostic> {
         let cc = client_config(cfg, node, c, c.buffer_messages.max(1))?;
         let (tx, rx) = crossbeam_channel::unbounded();
-        let producer: ThreadedProducer<Reports> = cc.create_with_context(Reports { notes: tx }).map_err(|e| {
+        let producer = Producer::create(&cc, tx.clone()).map_err(|e| {
             let text = mask_credentials(&e.to_string()).into_owned();
             // A property librdkafka refused: point at it when it is one of `[client]`.
             let span = c.client.iter().find(|(k, _)| text.contains(k.as_str())).map(|(_, v)| v.span()).unwrap_or(node.kind_span.clone());
@@ -179,9 +207,10 @@ impl KafkaSink {
             buffer_messages: c.buffer_messages.max(1),
             spool_max_bytes: c.spool_max_bytes,
             flush_timeout: Duration::from_millis(c.flush_timeout_ms),
+            stall_timeout: (c.stall_timeout_ms > 0).then(|| Duration::from_millis(c.stall_timeout_ms)),
         };
         let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
-        let outbox = Outbox::open(&node.name, Producer { producer: Some(producer) }, rx, &spool, limits, Arc::new(Delivery::default()))
+        let outbox = Outbox::open(&node.name, Producer { producer: Some(producer), config: cc, notes: tx }, rx, &spool, limits, Arc::new(Delivery::default()))
             .map_err(|e| {
                 cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name))
             })?;

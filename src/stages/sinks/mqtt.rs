@@ -286,6 +286,7 @@ impl MqttSink {
             buffer_messages: c.buffer_messages.max(1),
             spool_max_bytes: c.spool_max_bytes,
             flush_timeout: Duration::from_millis(c.flush_timeout_ms),
+            stall_timeout: None,
         };
         let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
         let outbox = Outbox::open(&node.name, Driver { tx, thread: Some(thread) }, notes_rx, &spool, limits, Arc::new(Delivery::default()))
