@@ -30,8 +30,8 @@ PKGS=(
   cmake libcurl4-openssl-dev libssl-dev libzstd-dev
   # a real MQTT broker for the MQTT sink's tests
   mosquitto
-  # Tansu's storage for a Kafka broker that keeps messages across its restart
-  postgresql
+  # TLS in front of the Kafka-protocol broker for the bus sinks' TLS tests (tests/bus_security.rs)
+  stunnel4
   # the container image test: podman with runc, a Debian base made by debootstrap
   podman runc debootstrap uidmap slirp4netns fuse-overlayfs
   # the service API's tests: certificates made at test time, a real HTTP client

@@ -149,63 +149,69 @@ pub fn mosquitto_persistent(dir: &Path) -> Broker {
     Broker::spawn(port, cmd, dir.join(format!("mosquitto-{port}.log")))
 }
 
-/// A PostgreSQL server (Debian's postgresql 15) for brokers with durable
-/// storage: a fresh cluster in a folder owned by `postgres` (the tests run as
-/// root, PostgreSQL refuses to), trust authentication on loopback, on a free
-/// port. `url()` is `postgres://postgres:postgres@127.0.0.1:PORT/postgres`.
-pub struct Postgres {
-    pub broker: Broker,
-    _dir: tempfile::TempDir,
+/// TLS in front of a plain TCP service (Debian's stunnel4): accepts TLS on
+/// `port` with `certs`' server certificate and passes the bytes on
+/// to `127.0.0.1:to`. With `client_ca`, a client certificate signed by that
+/// CA is required (mutual TLS). The way a broker is often exposed over TLS.
+pub fn stunnel(dir: &Path, certs: &Path, port: u16, to: u16, client_ca: bool) -> Broker {
+    let conf = dir.join(format!("stunnel-{port}.conf"));
+    let verify = if client_ca { format!("CAfile = {}\nverify = 2\n", certs.join("ca.crt").display()) } else { String::new() };
+    std::fs::write(
+        &conf,
+        format!(
+            "foreground = yes\npid =\n[tls]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{to}\ncert = {}\nkey = {}\n{verify}",
+            certs.join("server.crt").display(),
+            certs.join("server.key").display()
+        ),
+    )
+    .unwrap();
+    assert!(Path::new("/usr/bin/stunnel4").exists(), "stunnel4 is missing: run scripts/setup.sh (scripts/install-deps.sh)");
+    let cmd = vec!["/usr/bin/stunnel4".into(), conf.display().to_string()];
+    Broker::spawn(port, cmd, dir.join(format!("stunnel-{port}.log")))
 }
 
-impl Postgres {
-    pub fn url(&self) -> String {
-        format!("postgres://postgres:postgres@127.0.0.1:{}/postgres", self.broker.port)
-    }
-}
-
-pub fn postgres() -> Postgres {
-    let bin = Path::new("/usr/lib/postgresql/15/bin");
-    assert!(bin.join("initdb").exists(), "PostgreSQL 15 is missing: run scripts/setup.sh (scripts/install-deps.sh)");
-    let dir = tempfile::tempdir().unwrap();
-    let own = |p: &Path| assert!(Command::new("chown").args(["-R", "postgres"]).arg(p).status().unwrap().success());
-    own(dir.path());
-    let data = dir.path().join("data");
-    let st = Command::new("runuser")
-        .args(["-u", "postgres", "--"])
-        .arg(bin.join("initdb"))
-        .args(["-D"])
-        .arg(&data)
-        .args(["-U", "postgres", "--auth=trust", "-E", "UTF8"])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "initdb failed");
+/// A Kafka-protocol broker (Tansu, in memory) listening on its own free port
+/// and advertising `advertised` to clients (the port of a TLS front such as
+/// [`stunnel`]).
+pub fn tansu_advertising(dir: &Path, advertised: u16) -> Broker {
     let port = free_port();
     let cmd = vec![
-        "runuser".into(),
-        "-u".into(),
-        "postgres".into(),
-        "--".into(),
-        bin.join("postgres").display().to_string(),
-        "-D".into(),
-        data.display().to_string(),
-        "-p".into(),
-        port.to_string(),
-        "-k".into(),
-        dir.path().display().to_string(),
-        "-c".into(),
-        "listen_addresses=127.0.0.1".into(),
+        tansu_bin().display().to_string(),
+        "broker".into(),
+        "--listener-url".into(),
+        format!("tcp://127.0.0.1:{port}"),
+        "--advertised-listener-url".into(),
+        format!("tcp://127.0.0.1:{advertised}"),
+        "--storage-engine".into(),
+        "memory://tansu/".into(),
     ];
-    let log = dir.path().join("postgres.log");
-    std::fs::File::create(&log).unwrap();
-    own(&log);
-    Postgres { broker: Broker::spawn(port, cmd, log), _dir: dir }
+    Broker::spawn(port, cmd, dir.join(format!("tansu-{port}.log")))
 }
 
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        // SIGTERM reaches postgres through runuser; a SIGKILL would stop runuser alone.
-        self.broker.stop();
-    }
+/// A mosquitto that takes only `user`/`password` (no anonymous clients): a
+/// TLS listener (the returned broker's port; `certs`' server certificate) and
+/// a plain one on loopback, `plain`, for the test's own subscriber.
+pub fn mosquitto_secure(dir: &Path, certs: &Path, user: &str, password: &str) -> (Broker, u16) {
+    let port = free_port();
+    let plain = free_port();
+    let pw = dir.join(format!("mosquitto-{port}.passwd"));
+    std::fs::write(&pw, "").unwrap();
+    let st = Command::new("/usr/bin/mosquitto_passwd").args(["-b"]).arg(&pw).args([user, password]).status().unwrap();
+    assert!(st.success(), "mosquitto_passwd");
+    let conf = dir.join(format!("mosquitto-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            // `user root`: started as root, mosquitto would switch to its own user, which cannot read here.
+            "per_listener_settings false\nallow_anonymous false\npassword_file {}\nuser root\npersistence false\nlog_dest stderr\n\
+             listener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nlistener {plain} 127.0.0.1\n",
+            pw.display(),
+            certs.join("ca.crt").display(),
+            certs.join("server.crt").display(),
+            certs.join("server.key").display()
+        ),
+    )
+    .unwrap();
+    let cmd = vec!["/usr/sbin/mosquitto".into(), "-c".into(), conf.display().to_string()];
+    (Broker::spawn(port, cmd, dir.join(format!("mosquitto-{port}.log"))), plain)
 }

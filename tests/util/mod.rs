@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod brokers;
+pub mod certs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

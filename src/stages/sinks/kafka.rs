@@ -34,7 +34,14 @@ impl ClientContext for Reports {
     fn error(&self, error: KafkaError, reason: &str) {
         let reason = mask_credentials(reason).into_owned();
         match error.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure) => {
+            // Away, or refusing these settings (TLS, SASL): nothing gets through.
+            Some(
+                RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::SSL
+                | RDKafkaErrorCode::Authentication
+                | RDKafkaErrorCode::SaslAuthenticationFailed,
+            ) => {
                 let _ = self.notes.send(Note::Down(reason));
             }
             _ => tracing::debug!("librdkafka: {error}: {reason}"),
@@ -210,10 +217,15 @@ impl KafkaSink {
             stall_timeout: (c.stall_timeout_ms > 0).then(|| Duration::from_millis(c.stall_timeout_ms)),
         };
         let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
-        let outbox = Outbox::open(&node.name, Producer { producer: Some(producer), config: cc, notes: tx }, rx, &spool, limits, Arc::new(Delivery::default()))
-            .map_err(|e| {
-                cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name))
-            })?;
+        let outbox = Outbox::open(
+            &node.name,
+            Producer { producer: Some(producer), config: cc, notes: tx },
+            rx,
+            &spool,
+            limits,
+            Arc::new(Delivery::default()),
+        )
+        .map_err(|e| cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name)))?;
         Ok(KafkaSink {
             name: node.name.clone(),
             topic: cfg.expand(&c.topic)?,
