@@ -676,3 +676,104 @@ path = "{dir}/out/{stream}.ndjson"
     assert!(out.contains("passed"), "{out}");
     assert!(!out.contains("No operations"), "{out}");
 }
+
+/// The value of a `/metrics` sample, by its name and labels as they are written.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn an_added_cameras_outage_and_reconnect_are_in_metrics() {
+    let _g = serial();
+    let pipeline = r#"
+[pipeline]
+name = "cameras"
+
+[sources.cams]
+kind = "rtsp"
+dynamic = true
+allow = ["uri"]
+uri = "rtsp://127.0.0.1:18592/cam"
+watchdog_ms = 1000
+connect_timeout_ms = 1000
+backoff_initial_ms = 100
+backoff_max_ms = 300
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["cams"]
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    let cam = Camera::start(18592);
+    let s = Serve::start(pipeline, &[]);
+    let (code, st) = add(&s, json!({ "source": "cams", "id": "porch", "uri": "rtsp://viewer:s3cret-pass@127.0.0.1:18592/cam" }));
+    assert_eq!(code, 201, "{st}");
+    wait_for("porch running", Duration::from_secs(20), || stream_status(s.port, "porch")["state"] == "running");
+    let lost = "infer_stream_stream_lost_total{pipeline=\"cameras\",stream=\"porch\"}";
+    let back = "infer_stream_stream_reconnects_total{pipeline=\"cameras\",stream=\"porch\"}";
+    let scrape = || {
+        let (code, body) = get(s.port, "/metrics");
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    let m = scrape();
+    assert_eq!((metric(&m, lost), metric(&m, back)), (Some(0.0), Some(0.0)), "an added stream's series, before any outage:\n{m}");
+    // The camera goes away, then comes back on the same port.
+    drop(cam);
+    wait_for("porch lost", Duration::from_secs(10), || metric(&scrape(), lost).is_some_and(|v| v >= 1.0));
+    let down = stream_status(s.port, "porch");
+    assert!(down["state"] == "lost" || down["state"] == "reconnecting", "{down}");
+    let _cam = Camera::start(18592);
+    wait_for("porch reconnected", Duration::from_secs(20), || metric(&scrape(), back).is_some_and(|v| v >= 1.0));
+    wait_for("porch running again", Duration::from_secs(10), || stream_status(s.port, "porch")["state"] == "running");
+    let m = scrape();
+    let st = stream_status(s.port, "porch");
+    assert_eq!(metric(&m, lost), Some(st["gaps"].as_f64().unwrap()), "/metrics and the stream's status agree: {st}\n{m}");
+    assert!(metric(&m, back).unwrap() >= 1.0, "{m}");
+    assert!(!m.contains("s3cret-pass"), "a password in /metrics:\n{m}");
+    // Removed, the stream's series go with it.
+    let (code, _) = curl(&s.url("/v1/streams/porch"), &["-X", "DELETE"]);
+    assert_eq!(code, 200);
+    assert_eq!(metric(&scrape(), lost), None, "a removed stream's series are gone");
+}
+
+#[test]
+fn a_source_of_the_file_that_fails_shows_failed_and_a_clean_end_shows_ended() {
+    let _g = serial();
+    let pipeline = r#"
+[pipeline]
+name = "files"
+
+[sources.broken]
+kind = "file"
+uri = "{root}/samples/truncated.mp4"
+
+[sources.good]
+kind = "file"
+uri = "{root}/samples/text-720p.mp4"
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["broken", "good"]
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    let s = Serve::start(pipeline, &[]);
+    wait_for("both sources done", Duration::from_secs(60), || {
+        ["broken", "good"].iter().all(|id| !matches!(stream_status(s.port, id)["state"].as_str(), Some("starting" | "running")))
+    });
+    let broken = stream_status(s.port, "broken");
+    assert_eq!(broken["state"], "failed", "{broken}");
+    assert_eq!(broken["dynamic"], false, "{broken}");
+    let why = broken["last_error"].as_str().unwrap_or_else(|| panic!("a failed source says why: {broken}"));
+    assert!(why.contains("truncated"), "{broken}");
+    assert!(broken["frames"].as_u64().unwrap() > 0, "it decoded the frames before the cut: {broken}");
+    let good = stream_status(s.port, "good");
+    assert_eq!(good["state"], "ended", "{good}");
+    assert_eq!(good["last_error"], Value::Null, "{good}");
+    // The list says the same.
+    let (_, body) = curl(&s.url("/v1/streams"), &[]);
+    let all = json_of(&body);
+    let states: Vec<(&str, &str)> =
+        all["streams"].as_array().unwrap().iter().map(|v| (v["id"].as_str().unwrap(), v["state"].as_str().unwrap())).collect();
+    assert_eq!(states, [("broken", "failed"), ("good", "ended")], "{all}");
+}

@@ -787,6 +787,7 @@ fn run_node(
             let err = drive_source(&mut src, &mut ctx, &st, restart);
             ctx.finish();
             if let Some(e) = err {
+                *st.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
                 let msg = format!("source `{name}`: {e}");
                 tracing::error!("{msg}");
                 errs.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
