@@ -777,3 +777,86 @@ path = "{dir}/out/{stream}.ndjson"
         all["streams"].as_array().unwrap().iter().map(|v| (v["id"].as_str().unwrap(), v["state"].as_str().unwrap())).collect();
     assert_eq!(states, [("broken", "failed"), ("good", "ended")], "{all}");
 }
+
+#[test]
+fn a_grpc_results_client_that_reads_nothing_is_told_what_it_missed() {
+    let _g = serial();
+    let python = root().join(".deps/grpc-venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/fetch-grpc-client.sh (scripts/setup.sh does)", python.display());
+    let pipeline = r#"
+[pipeline]
+api = { results_buffer = 16 }
+
+[sources.clips]
+kind = "file"
+dynamic = true
+uri = "{dir}/clip.mp4"
+
+# Every frame reaches the sink (an added stream is live: its queues would drop).
+[sinks.out]
+kind = "ndjson"
+inputs = ["clips"]
+queue = { when_full = "block" }
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    // 4500 small frames decoded as fast as they go: far more results than the
+    // client's buffer (16) and the HTTP/2 windows and buffers hold.
+    const FRAMES: u64 = 4500;
+    let dir = tempfile::tempdir().unwrap();
+    let made = Command::new("ffmpeg")
+        .args(["-v", "error", "-f", "lavfi", "-i", "testsrc=size=96x64:rate=30", "-frames:v", &FRAMES.to_string()])
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-g", "30"])
+        .arg(dir.path().join("clip.mp4"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let s = Serve::start_in(dir, pipeline, &[]);
+    let go = s.path("read-now");
+    let addr = format!("127.0.0.1:{}", s.port);
+    let client = Command::new(&python)
+        .arg(root().join("tests/support/grpc_client.py"))
+        .args([&addr, "results", "--stream", "burst", "--count", "1000000", "--silent-until"])
+        .arg(&go)
+        .args(["--then-ms", "3000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let subscribers = || json_of(&curl(&s.url("/v1/pipeline"), &[]).1)["results"]["subscribers"].as_array().unwrap().len();
+    wait_for("the gRPC client subscribed", Duration::from_secs(30), || subscribers() == 1);
+    let (code, st) = add(&s, json!({ "source": "clips", "id": "burst" }));
+    assert_eq!(code, 201, "{st}");
+    wait_for("the burst stream ended and flushed", Duration::from_secs(120), || {
+        let st = stream_status(s.port, "burst");
+        st["state"] == "ended" && st["complete"] == true
+    });
+    // Every frame went through as if nobody were subscribed.
+    let st = stream_status(s.port, "burst");
+    assert_eq!((st["frames"].as_u64(), st["drops"].as_u64(), st["failures"].as_u64()), (Some(FRAMES), Some(0), Some(0)), "{st}");
+    assert_eq!(ndjson(&s.path("out/burst.ndjson")).len() as u64, FRAMES);
+    let view = json_of(&curl(&s.url("/v1/pipeline"), &[]).1);
+    let sub = view["results"]["subscribers"][0].clone();
+    assert_eq!(sub["streams"], json!(["burst"]), "{view}");
+    let (offered, dropped) = (sub["offered"].as_u64().unwrap(), sub["dropped"].as_u64().unwrap());
+    assert!(offered >= FRAMES, "every frame was meant for the client: {sub}");
+    // Now the client reads what is left for it.
+    std::fs::write(&go, "").unwrap();
+    let out = client.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "grpc client: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().map(json_of).collect();
+    let (last, messages) = lines.split_last().expect("the client printed something");
+    assert_eq!(last["error"], "CANCELLED", "the client read until it cancelled: {last}");
+    let received = messages.len() as u64;
+    let told: u64 = messages.iter().map(|m| m["dropped"].as_u64().unwrap()).sum();
+    eprintln!("offered {offered}, received {received}, told dropped {told}, the hub's count {dropped}");
+    assert!(told > 0, "a client that read nothing while {offered} results went by was told of no drop");
+    assert_eq!(told, offered - received, "drops told = messages meant for it − messages it got");
+    assert_eq!(told, dropped, "the drops told are the hub's: {sub}");
+    assert!(received < offered / 2, "most of the burst waited in no buffer: {received} of {offered} received");
+    assert!(messages.iter().all(|m| m["stream"] == "burst"), "{stdout}");
+    // The frames it got are in order; a `dropped` comes on the first message after a gap.
+    let seqs: Vec<u64> = messages.iter().filter(|m| m["kind"] == "frame").map(|m| m["json"]["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(seqs.last(), Some(&(FRAMES - 1)), "the newest results are the ones kept");
+}

@@ -32,6 +32,11 @@ pub use auth::{Auth, Role};
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// Largest request head (HTTP/1.1 buffer, HTTP/2 header list).
 pub const MAX_HEADERS: usize = 16 * 1024;
+/// Most response bytes the server buffers per HTTP/2 stream for a client that
+/// does not read (hyper's default is 400 KiB): a silent live-results client
+/// soon leaves its results in its own subscription buffer, which drops the
+/// oldest and tells it how many.
+pub const MAX_SEND_BUF: usize = 64 * 1024;
 
 /// What every handler shares: the control handle and what the API needs besides.
 #[derive(Clone)]
@@ -182,7 +187,7 @@ impl Server {
                                 Ok(s) => {
                                     let mut s = s.handle(h);
                                     s.http_builder().http1().max_buf_size(MAX_HEADERS);
-                                    s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32);
+                                    s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32).max_send_buf_size(MAX_SEND_BUF);
                                     s.serve(service).await
                                 }
                                 Err(e) => Err(e),
@@ -192,7 +197,7 @@ impl Server {
                             Ok(s) => {
                                 let mut s = s.handle(h);
                                 s.http_builder().http1().max_buf_size(MAX_HEADERS);
-                                s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32);
+                                s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32).max_send_buf_size(MAX_SEND_BUF);
                                 s.serve(service).await
                             }
                             Err(e) => Err(e),
