@@ -984,7 +984,7 @@ fn run_node(
                         let _ = st.first_out.set(t1);
                         if let Some(hub) = &links.results {
                             hub.publish(&frame.stream, results::ResultKind::Frame, || {
-                                crate::stages::sinks::ndjson::frame_json(&frame).to_string()
+                                crate::stages::sinks::ndjson::frame_json_string(&frame)
                             });
                         }
                         if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {
