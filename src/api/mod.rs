@@ -37,6 +37,11 @@ pub const MAX_HEADERS: usize = 16 * 1024;
 /// soon leaves its results in its own subscription buffer, which drops the
 /// oldest and tells it how many.
 pub const MAX_SEND_BUF: usize = 64 * 1024;
+/// Each connection's kernel send buffer (Linux counts it double), fixed
+/// rather than autotuned up to 4 MiB: a client that stops reading holds at
+/// most this much of its live results in the server's socket before its
+/// subscription buffer drops the oldest and tells it how many.
+pub const SOCKET_SEND_BUF: usize = 64 * 1024;
 
 /// What every handler shares: the control handle and what the API needs besides.
 #[derive(Clone)]
@@ -152,6 +157,8 @@ impl ApiError {
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, ApiError> {
     let l = TcpListener::bind(addr).map_err(|source| ApiError::Bind { addr, source })?;
     l.set_nonblocking(true).map_err(|source| ApiError::Bind { addr, source })?;
+    // Accepted connections inherit it.
+    crate::backend::net::set_send_buffer(&l, SOCKET_SEND_BUF).map_err(|source| ApiError::Bind { addr, source })?;
     Ok(l)
 }
 
