@@ -72,7 +72,7 @@ curl -sf -X POST "localhost:$PORT/v1/streams" -d '{"source":"clips","id":"s"}' >
 frames() { curl -sf "localhost:$PORT/v1/pipeline" | jq '.nodes[] | select(.name == "out") | .frames_out'; }
 now() { date +%s.%N; }
 for _ in $(seq 600); do [ "$(frames)" -gt 0 ] && break; sleep 0.1; done
-sleep 3 # warm up: the model's first runs, the decoder's threads
+sleep 8 # warm up: the model's first runs, the decoder's threads, the page cache
 # One window: "frames seconds" over $1 seconds.
 window() { local f0 t0 f1 t1; f0=$(frames); t0=$(now); sleep "$1"; f1=$(frames); t1=$(now); echo "$((f1 - f0)) $(echo "$t1 - $t0" | bc)"; }
 fps() { echo "scale=2; $1 / $2" | bc; }
