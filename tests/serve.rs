@@ -778,6 +778,18 @@ path = "{dir}/out/{stream}.ndjson"
     assert_eq!(states, [("broken", "failed"), ("good", "ended")], "{all}");
 }
 
+/// A client process, killed if the test fails before it is waited for.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 #[test]
 fn a_grpc_results_client_that_reads_nothing_is_told_what_it_missed() {
     let _g = serial();
@@ -813,15 +825,17 @@ path = "{dir}/out/{stream}.ndjson"
     let s = Serve::start_in(dir, pipeline, &[]);
     let go = s.path("read-now");
     let addr = format!("127.0.0.1:{}", s.port);
-    let client = Command::new(&python)
-        .arg(root().join("tests/support/grpc_client.py"))
-        .args([&addr, "results", "--stream", "burst", "--count", "1000000", "--silent-until"])
-        .arg(&go)
-        .args(["--then-ms", "3000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut client = KillOnDrop(Some(
+        Command::new(&python)
+            .arg(root().join("tests/support/grpc_client.py"))
+            .args([&addr, "results", "--stream", "burst", "--count", "1000000", "--silent-until"])
+            .arg(&go)
+            .args(["--then-ms", "3000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     let subscribers = || json_of(&curl(&s.url("/v1/pipeline"), &[]).1)["results"]["subscribers"].as_array().unwrap().len();
     wait_for("the gRPC client subscribed", Duration::from_secs(30), || subscribers() == 1);
     let (code, st) = add(&s, json!({ "source": "clips", "id": "burst" }));
@@ -841,7 +855,7 @@ path = "{dir}/out/{stream}.ndjson"
     assert!(offered >= FRAMES, "every frame was meant for the client: {sub}");
     // Now the client reads what is left for it.
     std::fs::write(&go, "").unwrap();
-    let out = client.wait_with_output().unwrap();
+    let out = client.0.take().unwrap().wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "grpc client: {}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<Value> = stdout.lines().map(json_of).collect();

@@ -37,9 +37,8 @@ mod tests {
         let mut v: libc::c_int = 0;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: `s` is open; `v` and `len` are live and sized for SO_SNDBUF's `c_int`.
-        let r = unsafe {
-            libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&mut v as *mut libc::c_int).cast(), &mut len)
-        };
+        let r =
+            unsafe { libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&mut v as *mut libc::c_int).cast(), &mut len) };
         assert_eq!(r, 0);
         assert_eq!(v, 2 * 96 * 1024, "Linux reports twice the figure set");
     }

@@ -79,7 +79,8 @@ def main():
             call = stub.Results(pb.ResultsRequest(stream=a.stream), metadata=metadata, timeout=120)
             if a.silent_until:
                 # The call is open (the server has subscribed it); nothing is read meanwhile.
-                while not os.path.exists(a.silent_until):
+                give_up = time.time() + 120  # the call's deadline
+                while not os.path.exists(a.silent_until) and time.time() < give_up:
                     time.sleep(0.05)
                 threading.Timer(a.then_ms / 1000, call.cancel).start()
             for m in call:
