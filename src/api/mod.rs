@@ -32,11 +32,6 @@ pub use auth::{Auth, Role};
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// Largest request head (HTTP/1.1 buffer, HTTP/2 header list).
 pub const MAX_HEADERS: usize = 16 * 1024;
-/// Most response bytes the server buffers per HTTP/2 stream for a client that
-/// does not read (hyper's default is 400 KiB): a silent live-results client
-/// soon leaves its results in its own subscription buffer, which drops the
-/// oldest and tells it how many.
-pub const MAX_SEND_BUF: usize = 64 * 1024;
 /// Each connection's kernel send buffer (Linux counts it double), fixed
 /// rather than autotuned up to 4 MiB: a client that stops reading holds at
 /// most this much of its live results in the server's socket before its
@@ -194,7 +189,7 @@ impl Server {
                                 Ok(s) => {
                                     let mut s = s.handle(h);
                                     s.http_builder().http1().max_buf_size(MAX_HEADERS);
-                                    s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32).max_send_buf_size(MAX_SEND_BUF);
+                                    s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32);
                                     s.serve(service).await
                                 }
                                 Err(e) => Err(e),
@@ -204,7 +199,7 @@ impl Server {
                             Ok(s) => {
                                 let mut s = s.handle(h);
                                 s.http_builder().http1().max_buf_size(MAX_HEADERS);
-                                s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32).max_send_buf_size(MAX_SEND_BUF);
+                                s.http_builder().http2().max_header_list_size(MAX_HEADERS as u32);
                                 s.serve(service).await
                             }
                             Err(e) => Err(e),
