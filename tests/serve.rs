@@ -676,3 +676,201 @@ path = "{dir}/out/{stream}.ndjson"
     assert!(out.contains("passed"), "{out}");
     assert!(!out.contains("No operations"), "{out}");
 }
+
+/// The value of a `/metrics` sample, by its name and labels as they are written.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn an_added_cameras_outage_and_reconnect_are_in_metrics() {
+    let _g = serial();
+    let pipeline = r#"
+[pipeline]
+name = "cameras"
+
+[sources.cams]
+kind = "rtsp"
+dynamic = true
+allow = ["uri"]
+uri = "rtsp://127.0.0.1:18592/cam"
+watchdog_ms = 1000
+connect_timeout_ms = 1000
+backoff_initial_ms = 100
+backoff_max_ms = 300
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["cams"]
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    let cam = Camera::start(18592);
+    let s = Serve::start(pipeline, &[]);
+    let (code, st) = add(&s, json!({ "source": "cams", "id": "porch", "uri": "rtsp://viewer:s3cret-pass@127.0.0.1:18592/cam" }));
+    assert_eq!(code, 201, "{st}");
+    wait_for("porch running", Duration::from_secs(20), || stream_status(s.port, "porch")["state"] == "running");
+    let lost = "infer_stream_stream_lost_total{pipeline=\"cameras\",stream=\"porch\"}";
+    let back = "infer_stream_stream_reconnects_total{pipeline=\"cameras\",stream=\"porch\"}";
+    let scrape = || {
+        let (code, body) = get(s.port, "/metrics");
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    let m = scrape();
+    assert_eq!((metric(&m, lost), metric(&m, back)), (Some(0.0), Some(0.0)), "an added stream's series, before any outage:\n{m}");
+    // The camera goes away, then comes back on the same port.
+    drop(cam);
+    wait_for("porch lost", Duration::from_secs(10), || metric(&scrape(), lost).is_some_and(|v| v >= 1.0));
+    let down = stream_status(s.port, "porch");
+    assert!(down["state"] == "lost" || down["state"] == "reconnecting", "{down}");
+    let _cam = Camera::start(18592);
+    wait_for("porch reconnected", Duration::from_secs(20), || metric(&scrape(), back).is_some_and(|v| v >= 1.0));
+    wait_for("porch running again", Duration::from_secs(10), || stream_status(s.port, "porch")["state"] == "running");
+    let m = scrape();
+    let st = stream_status(s.port, "porch");
+    assert_eq!(metric(&m, lost), Some(st["gaps"].as_f64().unwrap()), "/metrics and the stream's status agree: {st}\n{m}");
+    assert!(metric(&m, back).unwrap() >= 1.0, "{m}");
+    assert!(!m.contains("s3cret-pass"), "a password in /metrics:\n{m}");
+    // Removed, the stream's series go with it.
+    let (code, _) = curl(&s.url("/v1/streams/porch"), &["-X", "DELETE"]);
+    assert_eq!(code, 200);
+    assert_eq!(metric(&scrape(), lost), None, "a removed stream's series are gone");
+}
+
+#[test]
+fn a_source_of_the_file_that_fails_shows_failed_and_a_clean_end_shows_ended() {
+    let _g = serial();
+    let pipeline = r#"
+[pipeline]
+name = "files"
+
+[sources.broken]
+kind = "file"
+uri = "{root}/samples/truncated.mp4"
+
+[sources.good]
+kind = "file"
+uri = "{root}/samples/text-720p.mp4"
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["broken", "good"]
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    let s = Serve::start(pipeline, &[]);
+    wait_for("both sources done", Duration::from_secs(60), || {
+        ["broken", "good"].iter().all(|id| !matches!(stream_status(s.port, id)["state"].as_str(), Some("starting" | "running")))
+    });
+    let broken = stream_status(s.port, "broken");
+    assert_eq!(broken["state"], "failed", "{broken}");
+    assert_eq!(broken["dynamic"], false, "{broken}");
+    let why = broken["last_error"].as_str().unwrap_or_else(|| panic!("a failed source says why: {broken}"));
+    assert!(why.contains("truncated"), "{broken}");
+    assert!(broken["frames"].as_u64().unwrap() > 0, "it decoded the frames before the cut: {broken}");
+    let good = stream_status(s.port, "good");
+    assert_eq!(good["state"], "ended", "{good}");
+    assert_eq!(good["last_error"], Value::Null, "{good}");
+    // The list says the same.
+    let (_, body) = curl(&s.url("/v1/streams"), &[]);
+    let all = json_of(&body);
+    let states: Vec<(&str, &str)> =
+        all["streams"].as_array().unwrap().iter().map(|v| (v["id"].as_str().unwrap(), v["state"].as_str().unwrap())).collect();
+    assert_eq!(states, [("broken", "failed"), ("good", "ended")], "{all}");
+}
+
+/// A client process, killed if the test fails before it is waited for.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn a_grpc_results_client_that_reads_nothing_is_told_what_it_missed() {
+    let _g = serial();
+    let python = root().join(".deps/grpc-venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/fetch-grpc-client.sh (scripts/setup.sh does)", python.display());
+    let pipeline = r#"
+[pipeline]
+api = { results_buffer = 16 }
+
+[sources.clips]
+kind = "file"
+dynamic = true
+uri = "{dir}/clip.mp4"
+
+# Every frame reaches the sink (an added stream is live: its queues would drop).
+[sinks.out]
+kind = "ndjson"
+inputs = ["clips"]
+queue = { when_full = "block" }
+path = "{dir}/out/{stream}.ndjson"
+"#;
+    // 4500 small frames decoded as fast as they go: far more results than the
+    // client's buffer (16) and the HTTP/2 windows and buffers hold.
+    const FRAMES: u64 = 4500;
+    let dir = tempfile::tempdir().unwrap();
+    let made = Command::new("ffmpeg")
+        .args(["-v", "error", "-f", "lavfi", "-i", "testsrc=size=96x64:rate=30", "-frames:v", &FRAMES.to_string()])
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-g", "30"])
+        .arg(dir.path().join("clip.mp4"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let s = Serve::start_in(dir, pipeline, &[]);
+    let go = s.path("read-now");
+    let addr = format!("127.0.0.1:{}", s.port);
+    let mut client = KillOnDrop(Some(
+        Command::new(&python)
+            .arg(root().join("tests/support/grpc_client.py"))
+            .args([&addr, "results", "--stream", "burst", "--count", "1000000", "--silent-until"])
+            .arg(&go)
+            .args(["--then-ms", "3000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let subscribers = || json_of(&curl(&s.url("/v1/pipeline"), &[]).1)["results"]["subscribers"].as_array().unwrap().len();
+    wait_for("the gRPC client subscribed", Duration::from_secs(30), || subscribers() == 1);
+    let (code, st) = add(&s, json!({ "source": "clips", "id": "burst" }));
+    assert_eq!(code, 201, "{st}");
+    wait_for("the burst stream ended and flushed", Duration::from_secs(120), || {
+        let st = stream_status(s.port, "burst");
+        st["state"] == "ended" && st["complete"] == true
+    });
+    // Every frame went through as if nobody were subscribed.
+    let st = stream_status(s.port, "burst");
+    assert_eq!((st["frames"].as_u64(), st["drops"].as_u64(), st["failures"].as_u64()), (Some(FRAMES), Some(0), Some(0)), "{st}");
+    assert_eq!(ndjson(&s.path("out/burst.ndjson")).len() as u64, FRAMES);
+    let view = json_of(&curl(&s.url("/v1/pipeline"), &[]).1);
+    let sub = view["results"]["subscribers"][0].clone();
+    assert_eq!(sub["streams"], json!(["burst"]), "{view}");
+    let (offered, dropped) = (sub["offered"].as_u64().unwrap(), sub["dropped"].as_u64().unwrap());
+    assert!(offered >= FRAMES, "every frame was meant for the client: {sub}");
+    // Now the client reads what is left for it.
+    std::fs::write(&go, "").unwrap();
+    let out = client.0.take().unwrap().wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "grpc client: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().map(json_of).collect();
+    let (last, messages) = lines.split_last().expect("the client printed something");
+    assert_eq!(last["error"], "CANCELLED", "the client read until it cancelled: {last}");
+    let received = messages.len() as u64;
+    let told: u64 = messages.iter().map(|m| m["dropped"].as_u64().unwrap()).sum();
+    eprintln!("offered {offered}, received {received}, told dropped {told}, the hub's count {dropped}");
+    assert!(told > 0, "a client that read nothing while {offered} results went by was told of no drop");
+    assert_eq!(told, offered - received, "drops told = messages meant for it − messages it got");
+    assert_eq!(told, dropped, "the drops told are the hub's: {sub}");
+    assert!(received < offered / 2, "buffers on the way held at most half the burst: {received} of {offered} received");
+    assert!(messages.iter().all(|m| m["stream"] == "burst"), "{stdout}");
+    // The frames it got are in order; a `dropped` comes on the first message after a gap.
+    let seqs: Vec<u64> = messages.iter().filter(|m| m["kind"] == "frame").map(|m| m["json"]["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(seqs.last(), Some(&(FRAMES - 1)), "the newest results are the ones kept");
+}

@@ -32,6 +32,11 @@ pub use auth::{Auth, Role};
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// Largest request head (HTTP/1.1 buffer, HTTP/2 header list).
 pub const MAX_HEADERS: usize = 16 * 1024;
+/// Each connection's kernel send buffer (Linux counts it double), fixed
+/// rather than autotuned up to 4 MiB: a client that stops reading holds at
+/// most this much of its live results in the server's socket before its
+/// subscription buffer drops the oldest and tells it how many.
+pub const SOCKET_SEND_BUF: usize = 64 * 1024;
 
 /// What every handler shares: the control handle and what the API needs besides.
 #[derive(Clone)]
@@ -147,6 +152,8 @@ impl ApiError {
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, ApiError> {
     let l = TcpListener::bind(addr).map_err(|source| ApiError::Bind { addr, source })?;
     l.set_nonblocking(true).map_err(|source| ApiError::Bind { addr, source })?;
+    // Accepted connections inherit it.
+    crate::backend::net::set_send_buffer(&l, SOCKET_SEND_BUF).map_err(|source| ApiError::Bind { addr, source })?;
     Ok(l)
 }
 

@@ -60,6 +60,8 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
     control.running_under(sd.clone());
     let acct = Arc::new(Accounting::default());
     metrics.watch(&pipeline, acct.clone(), sd.clone());
+    let added = control.clone();
+    metrics.watch_added(move || added.added_stats());
     let open = settings.auth.is_open();
     let state = ApiState { control: control.clone(), metrics: metrics.clone(), auth: settings.auth.clone(), drain_wait: DRAIN_WAIT };
     let server = api::Server::start(listener, &settings, state).context("starting the API")?;

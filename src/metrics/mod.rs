@@ -35,6 +35,17 @@ pub const LATENCY_BUCKETS: [f64; 16] =
 #[derive(Debug, Default)]
 pub struct Metrics {
     watched: OnceLock<Watched>,
+    /// Streams added at run time (`infer-stream serve`), read at each scrape.
+    added: OnceLock<AddedStreams>,
+}
+
+/// Where the counters of the streams added at run time are read (the service's control handle).
+pub struct AddedStreams(pub Box<dyn Fn() -> Vec<Arc<NodeStats>> + Send + Sync>);
+
+impl fmt::Debug for AddedStreams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AddedStreams")
+    }
 }
 
 /// A built pipeline's live counters.
@@ -78,6 +89,12 @@ impl Metrics {
         shutdown: Arc<Shutdown>,
     ) {
         let _ = self.watched.set(Watched { pipeline, nodes, providers, acct, shutdown });
+    }
+
+    /// Report on the streams added at run time too: `streams` lists their
+    /// counters now (each named by its stream id). Only the first call counts.
+    pub fn watch_added(&self, streams: impl Fn() -> Vec<Arc<NodeStats>> + Send + Sync + 'static) {
+        let _ = self.added.set(AddedStreams(Box::new(streams)));
     }
 
     /// `Ok` once the pipeline is built (models loaded), every source has
@@ -283,8 +300,9 @@ impl Collector for Metrics {
             "Corrupt packets and unusable frames a source skipped.",
             all().filter(|(_, s)| s.role == Role::Source).map(|(l, s)| (l, get(&s.decode_errors))),
         )?;
-        // Live sources (cameras): each source is one stream.
-        let sources = || all().filter(|(_, s)| s.role == Role::Source);
+        // Live sources (cameras): each source is one stream, and so is each stream added at run time.
+        let added: Vec<Arc<NodeStats>> = self.added.get().map(|a| (a.0)()).unwrap_or_default();
+        let sources = || all().filter(|(_, s)| s.role == Role::Source).map(|(_, s)| s).chain(added.iter().map(|s| s.as_ref()));
         for (name, help, pick) in [
             (
                 "infer_stream_stream_lost",
@@ -299,7 +317,7 @@ impl Collector for Metrics {
                 help,
                 None,
                 MetricType::Counter,
-                sources().map(|(_, s)| ([("pipeline", p), ("stream", s.name.as_str())], ConstCounter::new(get(pick(s))))),
+                sources().map(|s| ([("pipeline", p), ("stream", s.name.as_str())], ConstCounter::new(get(pick(s))))),
             )?;
         }
         family(

@@ -125,7 +125,9 @@ impl StreamSlot {
         }
         drop(s);
         if !self.dynamic && self.stats.done.load(Ordering::Acquire) {
-            return StreamState::Ended;
+            // A source of the file: `failed` when its input failed for good, `ended` at a clean end.
+            let failed = self.stats.failure.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+            return if failed { StreamState::Failed } else { StreamState::Ended };
         }
         if self.removing.load(Ordering::Acquire) {
             return StreamState::Stopping;
@@ -350,7 +352,8 @@ impl Control {
             }
         });
         let st = slot.lock();
-        let last_error = st.last_error.clone().or_else(|| {
+        let failure = || slot.stats.failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let last_error = st.last_error.clone().or_else(failure).map(|e| crate::config::mask_credentials(&e).into_owned()).or_else(|| {
             slot.stats
                 .lost_now
                 .lock()
@@ -388,6 +391,11 @@ impl Control {
     pub fn stream(&self, id: &str) -> Option<StreamStatus> {
         let slot = self.lock().get(id).cloned()?;
         Some(self.status(&slot))
+    }
+
+    /// The counters of the streams added at run time (each named by its id), for `/metrics`.
+    pub fn added_stats(&self) -> Vec<Arc<NodeStats>> {
+        self.lock().values().filter(|s| s.dynamic).map(|s| s.stats.clone()).collect()
     }
 
     /// The source templates (`dynamic = true`) streams can be added to.

@@ -787,6 +787,7 @@ fn run_node(
             let err = drive_source(&mut src, &mut ctx, &st, restart);
             ctx.finish();
             if let Some(e) = err {
+                *st.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
                 let msg = format!("source `{name}`: {e}");
                 tracing::error!("{msg}");
                 errs.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
@@ -983,7 +984,7 @@ fn run_node(
                         let _ = st.first_out.set(t1);
                         if let Some(hub) = &links.results {
                             hub.publish(&frame.stream, results::ResultKind::Frame, || {
-                                crate::stages::sinks::ndjson::frame_json(&frame).to_string()
+                                crate::stages::sinks::ndjson::frame_json_string(&frame)
                             });
                         }
                         if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {

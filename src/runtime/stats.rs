@@ -132,6 +132,8 @@ pub struct NodeStats {
     pub dynamic: AtomicBool,
     /// Sources: since when and why the stream is lost now (`None`: not lost).
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
+    /// Sources: the error its input failed with for good (set before `done`; `None`: a clean end).
+    pub failure: Mutex<Option<String>>,
     /// Sinks: frames a server output could not take (it was unreachable).
     pub undelivered: AtomicU64,
     /// Message-bus sinks: delivered, retried, spooled, spool bytes, latency, errors.
@@ -172,6 +174,7 @@ impl NodeStats {
             reconnects: AtomicU64::new(0),
             longest_gap_ms: AtomicU64::new(0),
             lost_now: Mutex::new(None),
+            failure: Mutex::new(None),
             required: AtomicBool::new(true),
             dynamic: AtomicBool::new(false),
             loops: AtomicU64::new(0),

@@ -7,7 +7,10 @@ the proto the server was built from.
   grpc_client.py ADDR infer PICTURE [--token T] [--timeout-ms N] [--source S]
       one Infer call; prints {"ok": reply} or {"error": code, "details": ...}
   grpc_client.py ADDR results [--stream S] [--count N] [--token T] [--slow-ms N]
-      reads N messages of Results; prints one JSON line per message
+                               [--silent-until PATH --then-ms N]
+      reads N messages of Results; prints one JSON line per message. With
+      --silent-until, opens the call and reads nothing until PATH exists, then
+      reads for N ms more and cancels the call (printing {"error": "CANCELLED"})
 """
 
 import argparse
@@ -16,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -44,6 +48,8 @@ def main():
     ap.add_argument("--stream", default="")
     ap.add_argument("--count", type=int, default=1)
     ap.add_argument("--slow-ms", type=int, default=0)
+    ap.add_argument("--silent-until")
+    ap.add_argument("--then-ms", type=int, default=3000)
     a = ap.parse_args()
     pb, rpc = stubs()
     # No window tuning: a slow reader soon leaves messages on the server.
@@ -70,7 +76,14 @@ def main():
             print(json.dumps({"ok": reply}))
         else:
             got = 0
-            for m in stub.Results(pb.ResultsRequest(stream=a.stream), metadata=metadata, timeout=60):
+            call = stub.Results(pb.ResultsRequest(stream=a.stream), metadata=metadata, timeout=120)
+            if a.silent_until:
+                # The call is open (the server has subscribed it); nothing is read meanwhile.
+                give_up = time.time() + 120  # the call's deadline
+                while not os.path.exists(a.silent_until) and time.time() < give_up:
+                    time.sleep(0.05)
+                threading.Timer(a.then_ms / 1000, call.cancel).start()
+            for m in call:
                 print(json.dumps({"kind": m.kind, "stream": m.stream, "json": json.loads(m.json), "dropped": m.dropped}), flush=True)
                 got += 1
                 if got >= a.count:

@@ -110,6 +110,59 @@ pub fn frame_json(frame: &Frame) -> Value {
     obj
 }
 
+/// [`frame_json`]'s object, serialised as it is (the same text, key for key)
+/// without building the outer tree first: what the `ndjson` sink writes and
+/// the live results publish.
+pub struct FrameLine<'a> {
+    frame: &'a Frame,
+    /// Each stage's results, by stage (a later result of the same stage replaces the earlier, in its place).
+    results: Vec<(&'a str, Value)>,
+}
+
+impl<'a> FrameLine<'a> {
+    pub fn of(frame: &'a Frame) -> Self {
+        let mut results: Vec<(&'a str, Value)> = Vec::with_capacity(frame.results.len());
+        for a in &frame.results {
+            if let Some(v) = a.payload.to_json() {
+                match results.iter_mut().find(|(n, _)| *n == &*a.node) {
+                    Some(slot) => slot.1 = v,
+                    None => results.push((&a.node, v)),
+                }
+            }
+        }
+        FrameLine { frame, results }
+    }
+}
+
+impl serde::Serialize for FrameLine<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Results<'b>(&'b [(&'b str, Value)]);
+        impl serde::Serialize for Results<'_> {
+            fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+                ser.collect_map(self.0.iter().map(|(k, v)| (*k, v)))
+            }
+        }
+        let f = self.frame;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("schema", &crate::frame::event::SCHEMA_VERSION)?;
+        m.serialize_entry("stream", &*f.stream)?;
+        m.serialize_entry("seq", &f.seq)?;
+        m.serialize_entry("pts", &f.pts_seconds())?;
+        if let Some(img) = &f.image {
+            m.serialize_entry("width", &img.width)?;
+            m.serialize_entry("height", &img.height)?;
+        }
+        m.serialize_entry("results", &Results(&self.results))?;
+        m.end()
+    }
+}
+
+/// [`frame_json`] as one line of text.
+pub fn frame_json_string(frame: &Frame) -> String {
+    serde_json::to_string(&FrameLine::of(frame)).unwrap_or_else(|_| frame_json(frame).to_string())
+}
+
 impl NdjsonSink {
     /// Write `self.line` plus a newline with one write, to `stream`'s output.
     fn write_line(&mut self, stream: &Arc<str>) -> Result<(), StageError> {
@@ -145,7 +198,7 @@ impl Sink for NdjsonSink {
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
         self.line.clear();
-        serde_json::to_writer(&mut self.line, &frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
+        serde_json::to_writer(&mut self.line, &FrameLine::of(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
         self.write_line(&frame.stream)
     }
 
@@ -189,5 +242,51 @@ impl Sink for NdjsonSink {
         .map_err(|e| format!("closing {}: {e}", self.path.display()))?;
         tracing::debug!("{}: {} lines", self.path.display(), self.lines);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{Image, Object, Payload, PoolBuf, TextBox};
+
+    /// The line made without the tree is the tree's text, byte for byte.
+    #[test]
+    fn frame_line_is_the_text_of_frame_json() {
+        let acct = Arc::new(crate::frame::Accounting::default());
+        let mut f = Frame {
+            stream: "cam \"3\"".into(),
+            stream_index: 0,
+            seq: 41,
+            pts: Some(123),
+            time_base: (1, 30),
+            created: std::time::Instant::now(),
+            image: None,
+            audio: None,
+            results: Vec::new(),
+            ticket: acct.issue(),
+            queued_at: None,
+            events: Vec::new(),
+        };
+        assert_eq!(frame_json_string(&f), frame_json(&f).to_string());
+        f.image = Some(Arc::new(Image::rgb24(2, 2, PoolBuf::detached(vec![0; 12]))));
+        let (det, text): (Arc<str>, Arc<str>) = ("det".into(), "text".into());
+        f.attach(&det, Payload::Objects(vec![Object { bbox: [1.0, 2.5, 3.0, 4.0], score: 0.75, class: 2, label: Some("car".into()) }]));
+        f.attach(
+            &text,
+            Payload::TextBoxes(vec![TextBox {
+                bbox: [0.0, 0.0, 1.0, 1.0],
+                quad: [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]],
+                score: 0.5,
+            }]),
+        );
+        // The same stage again: its later results replace the earlier, in their place.
+        f.attach(&det, Payload::Objects(Vec::new()));
+        f.pts = None;
+        assert_eq!(frame_json_string(&f), frame_json(&f).to_string());
+        f.pts = Some(7);
+        let text = frame_json_string(&f);
+        assert_eq!(text, frame_json(&f).to_string());
+        assert!(text.starts_with("{\"schema\":1,\"stream\":\"cam \\\"3\\\"\",\"seq\":41,"), "{text}");
     }
 }
