@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use util::certs::certificates;
 use util::root;
 
 /// One serving test at a time: they share two CPU cores with the camera.
@@ -478,21 +479,6 @@ path = "{dir}/out/{stream}.ndjson"
     assert_eq!(items + told, offered, "every item meant for it either delivered or told as dropped ({items} delivered, {told} dropped)");
     let other = stream_status(s.port, "other");
     assert_eq!(other["state"], "running", "{other}");
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, made by the openssl CLI in `dir`.
-fn certificates(dir: &Path) {
-    let sh = r#"set -e
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=test-ca 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' > san.ext
-openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=client 2>/dev/null
-printf 'extendedKeyUsage=clientAuth\n' > client.ext
-openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 -extfile client.ext 2>/dev/null
-"#;
-    let st = Command::new("sh").args(["-c", sh]).current_dir(dir).status().expect("run openssl");
-    assert!(st.success(), "openssl could not make the test certificates");
 }
 
 const VIEWER: &str = "viewer-token-0123456789";

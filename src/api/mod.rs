@@ -153,7 +153,8 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, ApiError> {
     let l = TcpListener::bind(addr).map_err(|source| ApiError::Bind { addr, source })?;
     l.set_nonblocking(true).map_err(|source| ApiError::Bind { addr, source })?;
     // Accepted connections inherit it.
-    crate::backend::net::set_send_buffer(&l, SOCKET_SEND_BUF).map_err(|source| ApiError::Bind { addr, source })?;
+    // A send buffer set so is no longer grown by the kernel's autotuning (up to 4 MiB by default).
+    socket2::SockRef::from(&l).set_send_buffer_size(SOCKET_SEND_BUF).map_err(|source| ApiError::Bind { addr, source })?;
     Ok(l)
 }
 
@@ -224,5 +225,18 @@ impl Server {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn accepted_connections_inherit_the_listeners_fixed_send_buffer() {
+        let l = super::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        l.set_nonblocking(false).unwrap();
+        let (s, _) = l.accept().unwrap();
+        // Linux reports twice the figure set (its bookkeeping).
+        assert_eq!(socket2::SockRef::from(&s).send_buffer_size().unwrap(), 2 * super::SOCKET_SEND_BUF);
     }
 }

@@ -2,7 +2,6 @@
 //! allowed `unsafe`; every block says why it is sound.
 
 pub mod ffmpeg;
-pub mod net;
 pub mod ort;
 pub mod process;
 
