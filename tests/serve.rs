@@ -762,6 +762,10 @@ path = "{dir}/out/{stream}.ndjson"
     let states: Vec<(&str, &str)> =
         all["streams"].as_array().unwrap().iter().map(|v| (v["id"].as_str().unwrap(), v["state"].as_str().unwrap())).collect();
     assert_eq!(states, [("broken", "failed"), ("good", "ended")], "{all}");
+    // A required source that failed holds readiness back, and is named.
+    let (code, why) = curl(&s.url("/readyz"), &[]);
+    assert_eq!(code, 503, "{why}");
+    assert!(why.contains("source `broken` failed") && why.contains("truncated"), "{why}");
 }
 
 /// A client process, killed if the test fails before it is waited for.

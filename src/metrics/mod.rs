@@ -98,8 +98,9 @@ impl Metrics {
     }
 
     /// `Ok` once the pipeline is built (models loaded), every source has
-    /// produced a frame or finished, and no source's stream is lost now (a
-    /// camera reconnecting); otherwise why not, naming the first stream at fault.
+    /// produced a frame or finished, no source's stream is lost now (a
+    /// camera reconnecting) and none failed for good (required ones);
+    /// otherwise why not, naming the first stream at fault.
     pub fn readiness(&self) -> Result<(), String> {
         let Some(w) = self.watched.get() else {
             return Err("not ready: building the pipeline (opening sources, loading models)".into());
@@ -119,7 +120,10 @@ impl Metrics {
                     return Err(format!("not ready: stream `{}` is lost ({reason}) for {secs:.1} s, reconnecting", s.name));
                 }
                 StreamState::Lost { .. } => {}
-                StreamState::Streaming | StreamState::Finished => {}
+                StreamState::Failed(reason) if s.required.load(Ordering::Relaxed) => {
+                    return Err(format!("not ready: source `{}` failed: {reason}", s.name));
+                }
+                StreamState::Streaming | StreamState::Finished | StreamState::Failed(_) => {}
             }
         }
         Ok(())
@@ -139,6 +143,7 @@ impl Metrics {
                     StreamState::Waiting => "waiting for its first frame".to_string(),
                     StreamState::Streaming => "streaming".to_string(),
                     StreamState::Finished => "finished".to_string(),
+                    StreamState::Failed(reason) => format!("failed: {reason}"),
                     StreamState::Lost { secs, reason } => format!(
                         "lost for {secs:.1} s ({reason}), reconnecting{}",
                         if s.required.load(Ordering::Relaxed) { "" } else { " (not required)" }
@@ -168,6 +173,8 @@ enum StreamState {
     Waiting,
     Streaming,
     Finished,
+    /// Ended for good with this error (it gave up, or its input broke).
+    Failed(String),
     /// Lost `secs` ago for `reason`, not back yet.
     Lost {
         secs: f64,
@@ -177,7 +184,10 @@ enum StreamState {
 
 fn stream_state(s: &NodeStats) -> StreamState {
     if s.done.load(Ordering::Acquire) {
-        return StreamState::Finished;
+        return match &*s.failure.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => StreamState::Failed(e.clone()),
+            None => StreamState::Finished,
+        };
     }
     if let Some((at, reason)) = &*s.lost_now.lock().unwrap_or_else(|e| e.into_inner()) {
         return StreamState::Lost { secs: at.elapsed().as_secs_f64(), reason: reason.clone() };
