@@ -69,6 +69,15 @@ fn listening(port: u16) -> bool {
     })
 }
 
+/// Whether a UDP socket is bound to loopback `port` (from /proc/net/udp).
+fn udp_bound(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&want)))
+}
+
 fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !ok() {
@@ -338,9 +347,13 @@ fn srt_push_is_received_by_a_listening_ffmpeg() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_udp_port();
     let got = dir.path().join("got.ts");
-    let mut l = listener(&[], &format!("srt://127.0.0.1:{port}?mode=listener"), &got);
-    std::thread::sleep(Duration::from_millis(700));
-    let p = push_pipeline(dir.path(), &format!("srt://127.0.0.1:{port}"), 100, 50, true);
+    // SRT's live mode drops packets later than its latency (120 ms by default);
+    // on a loaded test machine a frame can be that late: none is dropped here.
+    // The end of the stream is the sink's to deliver (its `linger`).
+    let opts = "tlpktdrop=0";
+    let mut l = listener(&[], &format!("srt://127.0.0.1:{port}?mode=listener&{opts}"), &got);
+    wait_for("SRT listener", Duration::from_secs(10), || udp_bound(port));
+    let p = push_pipeline(dir.path(), &format!("srt://127.0.0.1:{port}?{opts}"), 100, 50, true);
     run_to_end(dir.path(), &p, Duration::from_secs(60));
     wait_exit(&mut l, Duration::from_secs(20));
     assert_eq!((readable_frames(&got), frame_size(&got).as_str()), (100, "320x240"));

@@ -116,6 +116,20 @@ pub struct VideoSink {
 /// The file for `stream`: `{stream}` replaced by its file-name-safe name, the
 /// same name every other per-stream output (and the `dir` source's check that
 /// no two files collide) uses.
+/// SRT in live mode closes at once (`linger` 0), dropping what is still in
+/// flight: the last half second of a stream never reaches the server. An
+/// `srt://` URL without its own `linger` waits up to this many seconds at the
+/// end for the receiver to have everything.
+const SRT_LINGER_S: u32 = 3;
+
+fn with_srt_linger(url: &str) -> String {
+    if !url.to_ascii_lowercase().starts_with("srt://") || url.split(['?', '&']).any(|kv| kv.starts_with("linger=")) {
+        return url.to_string();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}linger={SRT_LINGER_S}")
+}
+
 fn target_for(template: &str, stream: &str) -> String {
     template.replace("{stream}", &super::stream_file_name(stream))
 }
@@ -152,7 +166,7 @@ impl VideoSink {
             "pipe:1".to_string()
         } else if network {
             // A server, connected to on the stream's first frame: no local file or folder.
-            path.clone()
+            with_srt_linger(&path)
         } else {
             let path = cfg.resolve_path(&c.path)?;
             let template = path.to_string_lossy().into_owned();
@@ -561,6 +575,14 @@ impl Sink for VideoSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_srt_url_waits_for_its_end_to_be_delivered_unless_it_says_otherwise() {
+        assert_eq!(super::with_srt_linger("srt://h:9000"), "srt://h:9000?linger=3");
+        assert_eq!(super::with_srt_linger("srt://h:9000?latency=200000"), "srt://h:9000?latency=200000&linger=3");
+        assert_eq!(super::with_srt_linger("srt://h:9000?linger=0"), "srt://h:9000?linger=0");
+        assert_eq!(super::with_srt_linger("udp://h:9000"), "udp://h:9000");
+    }
 
     #[test]
     fn stream_names_fill_the_template_safely() {
