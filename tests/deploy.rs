@@ -12,22 +12,12 @@ mod util;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use util::brokers::free_port;
+use util::prometheus::{Prometheus, Reaped};
 use util::*;
-
-/// Kills and reaps a child process when the test ends, passed or panicked.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn out(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
@@ -772,61 +762,6 @@ fn adapter_queries(text: &str) -> Vec<(String, String)> {
     q
 }
 
-/// A running Prometheus server scraping `target` every second, with our rules loaded.
-struct Prometheus {
-    addr: SocketAddr,
-    log: PathBuf,
-    _child: Reaped,
-}
-
-impl Prometheus {
-    fn start(dir: &Path, target: SocketAddr) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        let rules = root().join("deploy/prometheus/alerts.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: infer-stream\n    static_configs:\n      - targets: ['{target}']\n",
-                rules.display()
-            ),
-        )
-        .unwrap();
-        ok(Command::new("promtool").args(["check", "config"]).arg(&config));
-        let log = dir.join("prometheus.log");
-        for _ in 0..3 {
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let child = Command::new("prometheus")
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-                .arg(format!("--web.listen-address={addr}"))
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("start prometheus");
-            let mut child = Reaped(child);
-            let up = wait_until(Duration::from_secs(30), || {
-                child.0.try_wait().unwrap().is_some() || get(addr, "/-/ready").is_some_and(|(s, _)| s == 200)
-            });
-            if up && child.0.try_wait().unwrap().is_none() {
-                return Prometheus { addr, log, _child: child };
-            }
-        }
-        panic!("prometheus did not start:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-    }
-
-    /// The series an instant query returns; panics when Prometheus rejects the query.
-    fn query(&self, promql: &str) -> Vec<serde_json::Value> {
-        let q: String = promql
-            .bytes()
-            .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-            .collect();
-        let (status, body) = get(self.addr, &format!("/api/v1/query?query={q}")).expect("prometheus answers");
-        assert_eq!(status, 200, "Prometheus rejects `{promql}`: {body}");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["data"]["result"].as_array().unwrap().clone()
-    }
-}
-
 #[test]
 fn every_dashboard_and_alert_query_returns_series_from_a_live_pipeline() {
     require_assets();
@@ -869,7 +804,7 @@ fn every_dashboard_and_alert_query_returns_series_from_a_live_pipeline() {
             .unwrap(),
     );
     assert!(wait_until(Duration::from_secs(60), || get(addr, "/readyz").is_some_and(|(s, _)| s == 200)), "the pipeline is not ready");
-    let prom = Prometheus::start(dir.path(), addr);
+    let prom = Prometheus::start(dir.path(), addr, Some(&root().join("deploy/prometheus/alerts.yaml")));
 
     let mut queries = Vec::new();
     let dash: serde_json::Value =
@@ -904,7 +839,7 @@ fn every_dashboard_and_alert_query_returns_series_from_a_live_pipeline() {
     let t0 = Instant::now();
     while !pending.is_empty() && t0.elapsed() < Duration::from_secs(90) {
         pending.retain(|(_, e)| {
-            let n = prom.query(e).len();
+            let n = prom.series(e).expect("prometheus answers").len();
             let needs_absent = metric_names(e).iter().any(|m| absent_here(m));
             if needs_absent {
                 return false;
@@ -920,7 +855,7 @@ fn every_dashboard_and_alert_query_returns_series_from_a_live_pipeline() {
         std::fs::read_to_string(&prom.log).unwrap_or_default()
     );
     // Each source stream is seen at its own rate by the recording rule the fps alert uses.
-    let fps = prom.query("infer_stream:stream_fps:rate1m");
+    let fps = prom.series("infer_stream:stream_fps:rate1m").expect("prometheus answers");
     let streams: BTreeSet<&str> = fps.iter().map(|s| s["metric"]["stream"].as_str().unwrap()).collect();
     assert_eq!(streams, ["cam0", "cam1"].into(), "{fps:?}");
     drop(run);

@@ -5,23 +5,12 @@ mod util;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use util::brokers::free_port;
+use util::prometheus::{Prometheus, Reaped};
 use util::*;
-
-/// Kills and reaps a child process when the test ends, passed or panicked.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn require_prometheus() {
     let found = Command::new("prometheus").arg("--version").output().is_ok_and(|o| o.status.success());
@@ -33,80 +22,28 @@ fn sample(scrape: &str, series: &str) -> Option<f64> {
     scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// A running Prometheus server scraping `target` every second.
-struct Prometheus {
-    addr: SocketAddr,
-    log: PathBuf,
-    _child: Reaped,
+/// The value of an instant PromQL query with one result, `None` while it has none.
+fn query(prom: &Prometheus, promql: &str) -> Option<f64> {
+    let result = prom.series(promql)?;
+    assert!(result.len() <= 1, "{promql}: {result:?}");
+    result.first()?["value"][1].as_str()?.parse().ok()
 }
 
-impl Prometheus {
-    fn start(dir: &Path, target: SocketAddr) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: infer-stream\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let log = dir.join("prometheus.log");
-        // The port is free when picked; another process may take it before Prometheus does: try again.
-        for _ in 0..3 {
-            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let child = Command::new("prometheus")
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-                .arg(format!("--web.listen-address={addr}"))
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("start prometheus");
-            let mut child = Reaped(child);
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(30) {
-                if child.0.try_wait().unwrap().is_some() {
-                    break;
-                }
-                if get(addr, "/-/ready").is_some_and(|(s, _)| s == 200) {
-                    return Prometheus { addr, log, _child: child };
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+/// Poll `promql` until it equals `want` (Prometheus applies new targets every 5 s).
+fn wait_for(prom: &Prometheus, promql: &str, want: f64) {
+    let t0 = Instant::now();
+    let mut got = None;
+    while t0.elapsed() < Duration::from_secs(60) {
+        got = query(prom, promql);
+        if got == Some(want) {
+            return;
         }
-        panic!("prometheus did not start:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(250));
     }
-
-    /// The value of an instant PromQL query with one result, `None` while it has none.
-    fn query(&self, promql: &str) -> Option<f64> {
-        let q: String = promql
-            .bytes()
-            .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-            .collect();
-        let (status, body) = get(self.addr, &format!("/api/v1/query?query={q}"))?;
-        assert_eq!(status, 200, "{promql}: {body}");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let result = v["data"]["result"].as_array().unwrap();
-        assert!(result.len() <= 1, "{promql}: {body}");
-        result.first()?["value"][1].as_str()?.parse().ok()
-    }
-
-    /// Poll `promql` until it equals `want` (Prometheus applies new targets every 5 s).
-    fn wait_for(&self, promql: &str, want: f64) {
-        let t0 = Instant::now();
-        let mut got = None;
-        while t0.elapsed() < Duration::from_secs(60) {
-            got = self.query(promql);
-            if got == Some(want) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        panic!(
-            "Prometheus: `{promql}` is {got:?} after 60 s, expected {want}\nprometheus log:\n{}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
-    }
+    panic!(
+        "Prometheus: `{promql}` is {got:?} after 60 s, expected {want}\nprometheus log:\n{}",
+        std::fs::read_to_string(&prom.log).unwrap_or_default()
+    );
 }
 
 /// The run is fed through a FIFO: it lasts as long as the test needs, on any
@@ -153,7 +90,7 @@ fn prometheus_scrapes_the_counters_the_summary_reports() {
     assert_eq!(get(addr, "/healthz"), Some((200, "ok\n".into())));
     assert_eq!(get(addr, "/readyz"), Some((503, "not ready: building the pipeline (opening sources, loading models)\n".into())));
 
-    let prom = Prometheus::start(dir.path(), addr);
+    let prom = Prometheus::start(dir.path(), addr, None);
 
     // Half the clip; the FIFO stays open.
     let (written_tx, written) = mpsc::channel();
@@ -207,7 +144,7 @@ fn prometheus_scrapes_the_counters_the_summary_reports() {
     assert_eq!(get(addr, "/readyz"), Some((200, "ready\n".into())), "the source has produced frames");
 
     // Prometheus scraped the same numbers.
-    prom.wait_for("infer_stream_node_frames_out_total{job=\"infer-stream\",pipeline=\"metrics\",node=\"det\"}", processed);
+    wait_for(&prom, "infer_stream_node_frames_out_total{job=\"infer-stream\",pipeline=\"metrics\",node=\"det\"}", processed);
     for (q, want) in [
         ("up{job=\"infer-stream\"}", 1.0),
         ("infer_stream_frames_decoded_total{pipeline=\"metrics\"}", decoded),
@@ -217,9 +154,9 @@ fn prometheus_scrapes_the_counters_the_summary_reports() {
         ("infer_stream_build_info", 1.0),
     ] {
         // Still the same scrape maybe: one taken as `det` emitted its last frame, before the sink wrote it.
-        prom.wait_for(q, want);
+        wait_for(&prom, q, want);
     }
-    let p50 = prom.query("histogram_quantile(0.5, infer_stream_node_latency_seconds_bucket{node=\"det\"})").unwrap();
+    let p50 = query(&prom, "histogram_quantile(0.5, infer_stream_node_latency_seconds_bucket{node=\"det\"})").unwrap();
     assert!(p50 > 0.0 && p50 < 10.0, "det p50 {p50} s");
 
     // The rest of the clip, then end of file: the run ends and the port closes.
@@ -243,7 +180,7 @@ fn prometheus_scrapes_the_counters_the_summary_reports() {
     assert_eq!(final_det, truth("eval-720p.truth.json").frames as f64, "every frame through det");
     assert_eq!(r["frames"]["processed"].as_f64(), Some(final_det));
     // What Prometheus last saw is between the still point and the summary.
-    let seen = prom.query("max_over_time(infer_stream_node_frames_out_total{node=\"det\"}[10m])").unwrap();
+    let seen = query(&prom, "max_over_time(infer_stream_node_frames_out_total{node=\"det\"}[10m])").unwrap();
     assert!(processed <= seen && seen <= final_det, "Prometheus saw {seen}; still at {processed}, summary {final_det}");
 }
 

@@ -93,20 +93,6 @@ fn mark(acct: &Accounting, sink: Option<&Arc<NodeStats>>) -> Mark {
     }
 }
 
-fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
-    if h.is_empty() {
-        return Latency::default();
-    }
-    let ms = |v: u64| v as f64 / 1000.0;
-    Latency {
-        p50: ms(h.value_at_quantile(0.50)),
-        p95: ms(h.value_at_quantile(0.95)),
-        p99: ms(h.value_at_quantile(0.99)),
-        max: ms(h.max()),
-        count: h.len(),
-    }
-}
-
 /// Build and run the pipeline once, measuring the window `plan` describes.
 /// Returns the figures and the run's own report.
 pub fn measure(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions, plan: &Plan) -> Result<(Measured, RunReport), Error> {
@@ -185,7 +171,7 @@ pub fn measure(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions, plan: &
         source_fps: frames.decoded as f64 / seconds / sources as f64,
         sources,
         frames,
-        latency_ms: e2e.as_ref().map(latency).unwrap_or_default(),
+        latency_ms: e2e.as_ref().map(Latency::of).unwrap_or_default(),
         cpu_percent: (end.cpu - start.cpu).max(0.0) / seconds * 100.0,
         rss_mib: peak_rss.max(rss_mib()),
         gpu_percent: gpu.mean_utilization_percent,

@@ -21,7 +21,8 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+    /// The percentiles of a histogram of microseconds.
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
         if h.is_empty() {
             return Latency::default();
         }

@@ -3,6 +3,7 @@
 
 pub mod brokers;
 pub mod certs;
+pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
