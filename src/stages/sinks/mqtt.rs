@@ -326,7 +326,7 @@ impl Sink for MqttSink {
             return Ok(());
         }
         self.body.clear();
-        serde_json::to_writer(&mut self.body, &super::ndjson::frame_json(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
+        serde_json::to_writer(&mut self.body, &super::ndjson::FrameLine::of(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
         self.send(&frame.stream, "results").map_err(StageError::Fatal)
     }
 

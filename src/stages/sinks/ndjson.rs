@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::stream_path;
 use crate::config::{Diagnostic, NdjsonSinkConfig, PipelineConfig};
@@ -88,31 +88,9 @@ fn write_whole(f: &mut File, line: &[u8]) -> std::io::Result<()> {
     })
 }
 
-/// The JSON object written for one frame.
-pub fn frame_json(frame: &Frame) -> Value {
-    let mut results = Map::new();
-    for a in &frame.results {
-        if let Some(v) = a.payload.to_json() {
-            results.insert(a.node.to_string(), v);
-        }
-    }
-    let mut obj = json!({
-        "schema": crate::frame::event::SCHEMA_VERSION,
-        "stream": &*frame.stream,
-        "seq": frame.seq,
-        "pts": frame.pts_seconds(),
-    });
-    if let Some(img) = &frame.image {
-        obj["width"] = json!(img.width);
-        obj["height"] = json!(img.height);
-    }
-    obj["results"] = Value::Object(results);
-    obj
-}
-
-/// [`frame_json`]'s object, serialised as it is (the same text, key for key)
-/// without building the outer tree first: what the `ndjson` sink writes and
-/// the live results publish.
+/// The JSON object written for one frame (docs/messages.md), serialised
+/// straight to text: what the `ndjson`, `kafka` and `mqtt` sinks write and
+/// the live results publish; [`frame_json`] is the same as a value.
 pub struct FrameLine<'a> {
     frame: &'a Frame,
     /// Each stage's results, by stage (a later result of the same stage replaces the earlier, in its place).
@@ -158,9 +136,16 @@ impl serde::Serialize for FrameLine<'_> {
     }
 }
 
-/// [`frame_json`] as one line of text.
+// Serialising cannot fail: string keys and JSON values only.
+
+/// The JSON object written for one frame, as a value.
+pub fn frame_json(frame: &Frame) -> Value {
+    serde_json::to_value(FrameLine::of(frame)).unwrap_or_default()
+}
+
+/// The JSON object written for one frame, as one line of text.
 pub fn frame_json_string(frame: &Frame) -> String {
-    serde_json::to_string(&FrameLine::of(frame)).unwrap_or_else(|_| frame_json(frame).to_string())
+    serde_json::to_string(&FrameLine::of(frame)).unwrap_or_default()
 }
 
 impl NdjsonSink {
@@ -250,9 +235,9 @@ mod tests {
     use super::*;
     use crate::frame::{Image, Object, Payload, PoolBuf, TextBox};
 
-    /// The line made without the tree is the tree's text, byte for byte.
+    /// The documented frame object, key for key, as text and as a value.
     #[test]
-    fn frame_line_is_the_text_of_frame_json() {
+    fn a_frame_line_is_the_documented_object() {
         let acct = Arc::new(crate::frame::Accounting::default());
         let mut f = Frame {
             stream: "cam \"3\"".into(),
@@ -268,7 +253,8 @@ mod tests {
             queued_at: None,
             events: Vec::new(),
         };
-        assert_eq!(frame_json_string(&f), frame_json(&f).to_string());
+        assert_eq!(frame_json_string(&f), r#"{"schema":1,"stream":"cam \"3\"","seq":41,"pts":4.1,"results":{}}"#);
+        assert_eq!(frame_json(&f).to_string(), frame_json_string(&f));
         f.image = Some(Arc::new(Image::rgb24(2, 2, PoolBuf::detached(vec![0; 12]))));
         let (det, text): (Arc<str>, Arc<str>) = ("det".into(), "text".into());
         f.attach(&det, Payload::Objects(vec![Object { bbox: [1.0, 2.5, 3.0, 4.0], score: 0.75, class: 2, label: Some("car".into()) }]));
@@ -283,10 +269,10 @@ mod tests {
         // The same stage again: its later results replace the earlier, in their place.
         f.attach(&det, Payload::Objects(Vec::new()));
         f.pts = None;
-        assert_eq!(frame_json_string(&f), frame_json(&f).to_string());
+        let want = r#"{"schema":1,"stream":"cam \"3\"","seq":41,"pts":null,"width":2,"height":2,"results":{"det":{"detections":[]},"text":{"text_boxes":[{"bbox":[0.0,0.0,1.0,1.0],"quad":[[0.0,0.0],[1.0,0.0],[1.0,1.0],[0.0,1.0]],"score":0.5}]}}}"#;
+        assert_eq!(frame_json_string(&f), want);
         f.pts = Some(7);
-        let text = frame_json_string(&f);
-        assert_eq!(text, frame_json(&f).to_string());
-        assert!(text.starts_with("{\"schema\":1,\"stream\":\"cam \\\"3\\\"\",\"seq\":41,"), "{text}");
+        assert_eq!(frame_json(&f)["pts"], 7.0 / 30.0);
+        assert_eq!(frame_json(&f).to_string(), frame_json_string(&f));
     }
 }
