@@ -38,17 +38,9 @@ fn run(p: &Path, out: &Path, env: &[(&str, &str)]) -> Output {
     c.output().unwrap()
 }
 
-/// `NAME: delivered D, ...` from the summary, and one figure of it.
+/// One figure of the `bus` sink's line in the summary.
 fn figure(err: &str, what: &str) -> u64 {
-    let line = err.lines().find(|l| l.starts_with("bus: delivered ")).unwrap_or_else(|| panic!("no delivery line:\n{err}"));
-    if what == "undelivered" {
-        return line
-            .split("; ")
-            .find_map(|s| s.strip_suffix(" undelivered, kept in the spool for the next run"))
-            .map_or(0, |n| n.parse().unwrap());
-    }
-    let at = line.find(&format!("{what} ")).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len() + 1;
-    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    util::brokers::figure(util::brokers::delivery_line(err, "bus"), what)
 }
 
 fn testsrc(frames: u64) -> String {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use util::brokers::{Broker, free_port, tansu};
+use util::brokers::{Broker, delivery_line, figure, free_port, tansu};
 use util::*;
 
 /// Every message of `topic` from the start, read until none came for `quiet`
@@ -116,16 +116,6 @@ fn finish(c: Child) -> (Option<i32>, String) {
 
 fn signal(c: &Child, sig: &str) {
     assert!(Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap().success());
-}
-
-/// `NAME: delivered D, retried R, spooled S, ...` from the summary.
-fn delivery_line<'a>(err: &'a str, sink: &str) -> &'a str {
-    err.lines().find(|l| l.starts_with(&format!("{sink}: delivered "))).unwrap_or_else(|| panic!("no delivery line for {sink}:\n{err}"))
-}
-
-fn figure(line: &str, what: &str) -> u64 {
-    let at = line.find(&format!("{what} ")).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len() + 1;
-    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
 }
 
 /// Frames' seq numbers per stream must never go down (at least once: a repeat
@@ -279,11 +269,7 @@ fn sigterm_while_the_broker_is_down_exits_in_time_and_the_next_run_sends_the_spo
     assert_eq!(code, Some(143), "{err}");
     assert!(took < Duration::from_millis(flush_ms + 1000), "exited {took:?} after SIGTERM (flush_timeout_ms = {flush_ms})\n{err}");
     let line = delivery_line(&err, "bus");
-    let left = line
-        .split("; ")
-        .find_map(|s| s.strip_suffix(" undelivered, kept in the spool for the next run"))
-        .unwrap_or_else(|| panic!("{line}"));
-    let left: u64 = left.parse().unwrap();
+    let left = figure(line, "undelivered");
     let (decoded, _, _, _) = accounting(&err);
     assert_eq!(left, decoded, "every frame's message waits in the spool: {line}");
     assert!(figure(line, "spooled") > 0 && figure(line, "delivered") == 0, "{line}");

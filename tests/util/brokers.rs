@@ -215,3 +215,21 @@ pub fn mosquitto_secure(dir: &Path, certs: &Path, user: &str, password: &str) ->
     let cmd = vec!["/usr/sbin/mosquitto".into(), "-c".into(), conf.display().to_string()];
     (Broker::spawn(port, cmd, dir.join(format!("mosquitto-{port}.log"))), plain)
 }
+
+/// `NAME: delivered D, retried R, spooled S, ...`: a bus sink's line in the run's summary.
+pub fn delivery_line<'a>(err: &'a str, sink: &str) -> &'a str {
+    err.lines().find(|l| l.starts_with(&format!("{sink}: delivered "))).unwrap_or_else(|| panic!("no delivery line for {sink}:\n{err}"))
+}
+
+/// One figure of a [`delivery_line`]: `delivered`, `retried`, `spooled`, ...,
+/// or `undelivered` (what was left in the spool at exit; 0 when the line says none).
+pub fn figure(line: &str, what: &str) -> u64 {
+    if what == "undelivered" {
+        return line
+            .split("; ")
+            .find_map(|s| s.strip_suffix(" undelivered, kept in the spool for the next run"))
+            .map_or(0, |n| n.parse().unwrap());
+    }
+    let at = line.find(&format!("{what} ")).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len() + 1;
+    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
