@@ -15,7 +15,7 @@ ROUNDS=${ROUNDS:-5}
 FRAMES=${FRAMES:-300}
 BIN=${BIN:-target/release/infer-stream}
 if [[ $BIN == target/release/infer-stream ]]; then
-  cargo build --release --locked --quiet
+  cargo build --release --locked --quiet --features bus
 fi
 [[ -x .deps/tansu/tansu ]] || die ".deps/tansu/tansu is missing: run scripts/fetch-brokers.sh"
 command -v jq >/dev/null || die "jq is missing: run scripts/install-deps.sh"

@@ -96,9 +96,9 @@ PY
 scripts/build-gpu-ffmpeg.sh
 [[ -f models/ppocr/ch_PP-OCRv4_det_infer.onnx && -f samples/eval-720p.mp4 ]] || scripts/setup.sh
 
-log "building release binary and test binary (features: cuda)"
-cargo build --locked --release --no-default-features --features cuda
-tests_bin=$(cargo test --locked --release --no-default-features --features cuda --lib --no-run --message-format=json 2>/dev/null \
+log "building release binary and test binary (features: cuda, bus, serve)"
+cargo build --locked --release --no-default-features --features cuda,bus,serve
+tests_bin=$(cargo test --locked --release --no-default-features --features cuda,bus,serve --lib --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import sys, json
 for l in sys.stdin:
     m = json.loads(l)

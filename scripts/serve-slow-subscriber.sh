@@ -24,7 +24,7 @@ PORT=18099
 DIR=$(mktemp -d)
 SERVE=; SUB=
 trap 'kill $SERVE $SUB 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
-[ -x "$BIN" ] || { echo "no $BIN: cargo build first" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "no $BIN: cargo build --features serve first" >&2; exit 1; }
 cat > "$DIR/p.toml" <<TOML
 [pipeline]
 name = "slow-subscriber"

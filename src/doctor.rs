@@ -55,6 +55,8 @@ pub struct Doctor {
     pub inference: String,
     /// What a `video` sink with `codec = "auto"` encodes with here, and why.
     pub encode: String,
+    /// The optional capabilities (cargo features) and whether this build has each.
+    pub features: Vec<crate::features::Feature>,
 }
 
 fn gst() -> GstFacts {
@@ -123,7 +125,7 @@ pub fn probe(ort_library: Option<&Path>) -> Doctor {
         Ok(c) => format!("{}: {}", c.name, c.note.unwrap_or_else(|| "chosen".into())),
         Err(e) => format!("none: {e}"),
     };
-    Doctor { ffmpeg, gstreamer: gst(), onnxruntime, cuda, decode, inference, encode }
+    Doctor { ffmpeg, gstreamer: gst(), onnxruntime, cuda, decode, inference, encode, features: crate::features::FEATURES.to_vec() }
 }
 
 /// The best provider a pipeline gets, and why not a better one.
@@ -194,6 +196,15 @@ impl Doctor {
             s.push_str(&format!("CUDA          built without the `cuda` feature; NVIDIA driver present: {}\n", yes(c.driver)));
         }
         s.push_str(&format!("=> decode:    {}\n=> inference: {}\n=> encode:    {}\n", self.decode, self.inference, self.encode));
+        let (with, without): (Vec<_>, Vec<_>) = self.features.iter().partition(|f| f.compiled);
+        let names = |v: &[&crate::features::Feature]| {
+            if v.is_empty() { "none".to_string() } else { v.iter().map(|f| f.name).collect::<Vec<_>>().join(", ") }
+        };
+        s.push_str(&format!("features      built with: {}; without: {}", names(&with), names(&without)));
+        if !without.is_empty() {
+            s.push_str(" (cargo build --release --locked --features NAME adds one)");
+        }
+        s.push('\n');
         s
     }
 }
@@ -237,5 +248,21 @@ mod tests {
         let mut d = Doctor { onnxruntime: no_trt, ..probe(None) };
         d.inference = inference_line(&d.onnxruntime, true);
         assert!(d.render().contains("execution providers: tensorrt (cannot load), cuda, cpu"), "{}", d.render());
+    }
+
+    /// The report names the compiled features and the missing ones, with how to add one.
+    #[test]
+    fn doctor_lists_the_features_this_build_has() {
+        let d = probe(None);
+        assert_eq!(d.features, crate::features::FEATURES);
+        let line = d.render().lines().find(|l| l.starts_with("features")).map(str::to_string).unwrap_or_default();
+        let with = crate::features::compiled().join(", ");
+        assert!(line.starts_with(&format!("features      built with: {with}; without: ")), "{line}");
+        let d = Doctor { features: vec![crate::features::Feature { name: "bus", compiled: false, what: "" }], ..probe(None) };
+        assert!(
+            d.render().contains("built with: none; without: bus (cargo build --release --locked --features NAME adds one)"),
+            "{}",
+            d.render()
+        );
     }
 }

@@ -11,12 +11,14 @@
 //! - [`analytics`] counts tracks crossing lines and entering and leaving zones;
 //! - [`bus`] delivers results to message brokers (Kafka, MQTT): memory buffer, disk spool, accounting;
 //! - [`metrics`] serves those same counters to Prometheus, with health checks;
+//! - [`features`] says which optional capabilities (cargo features) this build has;
 //! - [`backend`] wraps FFmpeg, ONNX Runtime, CUDA and GStreamer: the only place with `unsafe`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
 pub mod analytics;
+#[cfg(feature = "serve")]
 pub mod api;
 #[allow(unsafe_code)]
 pub mod backend;
@@ -25,6 +27,7 @@ pub mod bus;
 pub mod capacity;
 pub mod config;
 pub mod doctor;
+pub mod features;
 pub mod frame;
 pub mod gating;
 #[cfg(feature = "cuda")]

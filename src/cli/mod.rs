@@ -20,6 +20,10 @@ use infer_stream::runtime::trace::Tracer;
 use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
 use infer_stream::stages::{self, BuildOptions};
 
+#[cfg(feature = "serve")]
+mod serve;
+#[cfg(not(feature = "serve"))]
+#[path = "serve_off.rs"]
 mod serve;
 
 // `println!` and friends panic when their stream is closed (`2>&1 | head`, a
@@ -160,6 +164,7 @@ enum Cmd {
     },
     /// Run a pipeline as a service with an HTTP/gRPC API (streams added and removed while it
     /// runs, live results, health, metrics) until SIGTERM or Ctrl-C (drain, flush, exit).
+    /// Needs a build with the `serve` feature.
     Serve {
         pipeline: PathBuf,
         /// Where the API listens: a PORT alone listens on 127.0.0.1; IP:PORT exactly there
@@ -609,6 +614,7 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, qu
         }
         all.0.append(&mut graph::check_machine(&cfg, true).0);
         // `serve`'s API settings: address, tokens, TLS files.
+        #[cfg(feature = "serve")]
         if cfg.settings.api.is_some()
             && let Err(d) = infer_stream::api::ApiSettings::from_config(&cfg, None)
         {

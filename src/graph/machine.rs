@@ -1,5 +1,5 @@
 //! Checks against this machine, made by `validate` and by a run before it
-//! loads anything: the GPU a part demands, output folders that can be
+//! loads anything: the node kinds this build has, the GPU a part demands, output folders that can be
 //! written, and the elements of a GStreamer launch line.
 
 use std::collections::HashMap;
@@ -11,6 +11,7 @@ use crate::config::{ComputeDevice, DecodeBackend, Diagnostics, HwAccel, NodeKind
 /// (`outputs`: also the sinks' files, which `bench --null-sinks` never writes).
 pub fn check_machine(cfg: &PipelineConfig, outputs: bool) -> Diagnostics {
     let mut diags = Diagnostics::default();
+    crate::features::check_nodes(cfg, &mut diags);
     check_devices(cfg, &mut diags);
     if outputs {
         check_outputs(cfg, &mut diags);

@@ -379,7 +379,10 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
             NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
+            #[cfg(feature = "bus")]
             NodeKind::KafkaJobs(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
+            #[cfg(not(feature = "bus"))]
+            NodeKind::KafkaJobs(_) => Err(crate::features::node_not_compiled(cfg, node, "bus")),
             NodeKind::Request(c) => sources::request::RequestSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
             NodeKind::TextRecognition(c) => match charset(cfg, graph, i, c, rt) {
                 Ok(cs) => Ok(Body::Stage(Box::new(postprocess::ctc::TextRecognition::new(name, c.clone(), cs)))),
@@ -395,8 +398,12 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 sinks::video::VideoSink::build(cfg, &node.name, c, &streams).map(|s| Body::Sink(Box::new(s)))
             }
             NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
+            #[cfg(feature = "bus")]
             NodeKind::Kafka(c) => sinks::kafka::KafkaSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
+            #[cfg(feature = "bus")]
             NodeKind::Mqtt(c) => sinks::mqtt::MqttSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
+            #[cfg(not(feature = "bus"))]
+            NodeKind::Kafka(_) | NodeKind::Mqtt(_) => Err(crate::features::node_not_compiled(cfg, node, "bus")),
         };
         match body {
             Ok(b) => bodies.push(b),

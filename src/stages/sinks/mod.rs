@@ -2,7 +2,9 @@
 
 pub mod draw;
 pub mod images;
+#[cfg(feature = "bus")]
 pub mod kafka;
+#[cfg(feature = "bus")]
 pub mod mqtt;
 pub mod ndjson;
 pub mod overlay;

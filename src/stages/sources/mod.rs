@@ -9,6 +9,7 @@ pub mod file;
 #[cfg(feature = "gstreamer")]
 pub mod gst;
 pub mod images;
+#[cfg(feature = "bus")]
 pub mod kafka;
 pub mod request;
 pub mod rtsp;
