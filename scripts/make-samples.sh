@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Generate deterministic sample media + ground truth under samples/ with the
 # system ffmpeg, espeak-ng and sox (see samples/README.md). Skips when every
-# output exists and is newer than this script; `--force` regenerates.
+# output exists and is newer than this script; `--force` regenerates;
+# `--demo` makes only the demo's clip (text-720p.mp4 and its truth, the same
+# bytes as in a full run: scripts/setup-run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -16,20 +18,28 @@ for clip in speech-eval.wav speech-short.wav; do
 done
 OUTS+=(samples/speech-short.m4a samples/plates.mp4 samples/plates.truth.json samples/still-plates.mp4)
 
+ONLY=""
+if [[ ${1:-} == --demo ]]; then
+  ONLY=text-720p.mp4
+  OUTS=(samples/text-720p.mp4 samples/text-720p.truth.json)
+fi
+
 if [[ ${1:-} != --force ]]; then
   fresh=1
   for f in "${OUTS[@]}"; do [[ $f -nt scripts/make-samples.sh ]] || fresh=0; done
   if ((fresh)); then log "samples: up to date"; exit 0; fi
 fi
 
-for tool in ffmpeg espeak-ng sox; do
+tools=(ffmpeg espeak-ng sox)
+[[ -n $ONLY ]] && tools=(ffmpeg)
+for tool in "${tools[@]}"; do
   command -v $tool >/dev/null || die "$tool not found (run scripts/install-deps.sh)"
 done
 [[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ]] \
   || die "DejaVu fonts not found (run scripts/install-deps.sh)"
 mkdir -p samples
 
-python3 - <<'PY'
+SAMPLES_ONLY=$ONLY python3 - <<'PY'
 import json, os, re, subprocess
 
 FONTS = "/usr/share/fonts/truetype/dejavu/"
@@ -170,8 +180,13 @@ def make(name, c):
     print(f"==> {out}: {w}x{h} {n} frames, {len(texts)} strings in {len(truth_segs)} segment(s)")
 
 for name, c in CLIPS.items():
-    make(name, c)
+    if os.environ["SAMPLES_ONLY"] in ("", name):
+        make(name, c)
 PY
+if [[ -n $ONLY ]]; then
+  log "samples: the demo's clip (scripts/make-samples.sh makes the others)"
+  exit 0
+fi
 
 printf 'This is a plain text file, not a video. Used by bad-input tests.\n' > samples/not-media.mp4
 size=$(stat -c %s samples/text-720p.mp4)

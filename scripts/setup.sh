@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One command to set up a fresh Debian 12 machine for infer-stream:
-# system packages, ONNX Runtime + models, sample media. Safe to rerun.
+# The whole set-up, for the tests (scripts/test.sh, CI): what the demo needs
+# (scripts/setup-run.sh), then the test tools: every system package (brokers,
+# servers, podman, ...), every sample, NVRTC, the brokers' and deployment
+# tools, and the Python venvs of the test clients. Safe to rerun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/setup-run.sh
 scripts/install-deps.sh
-scripts/fetch-models.sh
 scripts/fetch-nvrtc.sh
 scripts/make-samples.sh
 scripts/fetch-eval-deps.sh
