@@ -3,10 +3,14 @@
 //! (lint, render, Kubernetes and CRD schemas, bad values), and the monitoring
 //! (alert rules and their unit tests with promtool; every dashboard and alert
 //! query evaluated by a real Prometheus scraping a real pipeline).
+//! The chart's modes and guards (serve, the `helm test` hook, GPU image,
+//! persistence): tests/deploy/chart.rs.
 //! Tools: podman, runc, debootstrap, prometheus, promtool
 //! (scripts/install-deps.sh); helm, kubectl and the schema validators
 //! (scripts/fetch-deploy-tools.sh).
 
+#[path = "deploy/chart.rs"]
+mod chart;
 mod util;
 
 use std::collections::BTreeSet;
@@ -414,7 +418,11 @@ fn helm_chart_lints_renders_and_validates_for_each_value_set() {
 
     // Defaults: a live Deployment with probes, drain, security and a PDB.
     let docs = render_and_validate(&[]);
-    assert_eq!(kinds(&docs), ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"].map(String::from).into(),);
+    // (the Pod is the `helm test` hook: tests/deploy/chart.rs)
+    assert_eq!(
+        kinds(&docs),
+        ["ConfigMap", "Deployment", "Pod", "PodDisruptionBudget", "Service", "ServiceAccount"].map(String::from).into(),
+    );
     let d = object(&docs, "Deployment");
     let pod = &d["spec"]["template"]["spec"];
     let c = container(d);
@@ -451,6 +459,7 @@ fn helm_chart_lints_renders_and_validates_for_each_value_set() {
     let d = object(&docs, "Deployment");
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(container(d)["resources"]["limits"]["nvidia.com/gpu"], 1);
+    assert_eq!(container(d)["image"], "registry.example.com/infer-stream:0.1.0-gpu");
     assert_eq!(pod["runtimeClassName"], "nvidia");
     assert_eq!(pod["nodeSelector"]["nvidia.com/gpu.present"], "true");
     assert_eq!(pod["tolerations"][0]["key"], "nvidia.com/gpu");

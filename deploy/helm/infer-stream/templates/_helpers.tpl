@@ -35,8 +35,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The image: the -gpu build with gpu.enabled (image.gpuTag, else the tag with -gpu appended) */}}
 {{- define "infer-stream.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.gpu.enabled -}}
+{{- if .Values.image.gpuTag -}}
+{{- $tag = .Values.image.gpuTag -}}
+{{- else if not (hasSuffix "-gpu" $tag) -}}
+{{- $tag = printf "%s-gpu" $tag -}}
+{{- end -}}
+{{- else if hasSuffix "-gpu" $tag -}}
+{{- fail (printf "image.tag %s is the GPU image but gpu.enabled is false: its pods would get no GPU. Set gpu.enabled=true (the -gpu image is then chosen for you), or give the CPU image's tag" $tag) -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
 
 {{/* The pod-level settings both workloads share: call with (dict "root" $ "drain" N "margin" M) */}}
@@ -82,31 +93,65 @@ securityContext:
     drop: ["ALL"]
 {{- end -}}
 
+{{/* Ports and probes: on the metrics listener for `run`, on the API listener for `serve` (call with (dict "root" $ "serve" BOOL)) */}}
 {{- define "infer-stream.probes" -}}
+{{- $v := .root.Values -}}
 ports:
-  - name: metrics
-    containerPort: {{ .Values.metrics.port }}
+  {{- if .serve }}
+  - name: api
+    containerPort: {{ $v.serve.port }}
     protocol: TCP
+  {{- end }}
+  - name: metrics
+    containerPort: {{ $v.metrics.port }}
+    protocol: TCP
+{{- $port := "metrics" }}
+{{- $scheme := "HTTP" }}
+{{- if .serve }}
+{{- $port = "api" }}
+{{- if $v.serve.tls.secretName }}{{ $scheme = "HTTPS" }}{{ end }}
+{{- end }}
 startupProbe:
   httpGet:
     path: /healthz
-    port: metrics
+    port: {{ $port }}
+    scheme: {{ $scheme }}
   periodSeconds: 2
   failureThreshold: 60
 livenessProbe:
   httpGet:
     path: /healthz
-    port: metrics
+    port: {{ $port }}
+    scheme: {{ $scheme }}
   periodSeconds: 10
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
+  {{- if .serve }}
+  # /readyz on the API needs a token: the first viewer token of the mounted
+  # tokens file (else its first), sent by curl in the container. The token
+  # goes through a pipe, never into the pod spec or a command line.
+  exec:
+    command:
+      - sh
+      - -c
+      - {{ include "infer-stream.readyzCommand" .root | quote }}
+  timeoutSeconds: 3
+  {{- else }}
   httpGet:
     path: /readyz
     port: metrics
-  periodSeconds: 5
+    scheme: HTTP
   timeoutSeconds: 3
+  {{- end }}
+  periodSeconds: 5
   failureThreshold: 2
+{{- end -}}
+
+{{/* serve's readiness check: curl asks /readyz on the API listener with a token from the tokens file */}}
+{{- define "infer-stream.readyzCommand" -}}
+{{- $tls := .Values.serve.tls.secretName -}}
+awk '!/^[[:space:]]*#/ && NF >= 2 { if ($1 == "viewer") { t = $2; exit } if (a == "") a = $2 } END { if (t == "") t = a; printf "header = \"Authorization: Bearer %s\"\n", t }' /etc/infer-stream/api/tokens.txt | curl -fsS -m 2 -o /dev/null -K - {{ if $tls }}-k https{{ else }}http{{ end }}://127.0.0.1:{{ .Values.serve.port }}/readyz
 {{- end -}}
 
 {{/* resources with the GPU limit added: call with (dict "root" $ "resources" R) */}}
@@ -151,4 +196,90 @@ envFrom:
   secret:
     secretName: {{ .Values.secrets.tlsSecret }}
 {{- end }}
+{{- end -}}
+
+{{/* serve: the tokens file and the API's TLS files, from their Secrets */}}
+{{- define "infer-stream.apiMounts" -}}
+- name: api-tokens
+  mountPath: /etc/infer-stream/api
+  readOnly: true
+{{- if .Values.serve.tls.secretName }}
+- name: api-tls
+  mountPath: /etc/infer-stream/api-tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "infer-stream.apiVolumes" -}}
+- name: api-tokens
+  secret:
+    secretName: {{ .Values.serve.tokens.existingSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.serve.tokens.key }}
+        path: tokens.txt
+{{- if .Values.serve.tls.secretName }}
+- name: api-tls
+  secret:
+    secretName: {{ .Values.serve.tls.secretName }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- end -}}
+
+{{/* The [pipeline.api] table the chart appends to the live TOML in serve mode. */}}
+{{- define "infer-stream.apiToml" -}}
+{{- $s := .Values.serve }}
+
+# Written by the chart (serve.*): the API listener, its tokens and TLS files.
+[pipeline.api]
+listen = "0.0.0.0:{{ $s.port }}"
+tokens_file = "/etc/infer-stream/api/tokens.txt"
+{{- if $s.tls.secretName }}
+tls = { cert = "/etc/infer-stream/api-tls/tls.crt", key = "/etc/infer-stream/api-tls/tls.key" }
+{{- end }}
+{{- if $s.maxBodyBytes }}
+max_body_bytes = {{ int $s.maxBodyBytes }}
+{{- end }}
+{{- if $s.resultsBuffer }}
+results_buffer = {{ int $s.resultsBuffer }}
+{{- end }}
+{{- end -}}
+
+{{/* Refuses serve values that cannot work, with the fix. */}}
+{{- define "infer-stream.checkServe" -}}
+{{- $v := .Values -}}
+{{- if and $v.live.enabled $v.serve.enabled -}}
+{{- if not $v.serve.tokens.existingSecret -}}
+{{- fail "serve.enabled needs serve.tokens.existingSecret: a Secret with the tokens file (one `ROLE TOKEN` a line, key serve.tokens.key). serve listens on 0.0.0.0 and refuses to start without tokens" -}}
+{{- end -}}
+{{- if not $v.pipeline.existingConfigMap -}}
+{{- range $i, $t := prepend $v.pipeline.shards $v.pipeline.toml -}}
+{{- if regexMatch `(?m)^[ \t]*(api[ \t]*[.=]|\[[ \t]*pipeline[ \t]*\.[ \t]*api[ \t]*\])` $t -}}
+{{- fail (printf "serve.enabled: %s sets [pipeline] api, which the chart writes from serve.* (listen, tokens_file, tls, maxBodyBytes, resultsBuffer): remove it from the TOML" (ternary "pipeline.toml" (printf "pipeline.shards[%d]" (sub $i 1)) (eq $i 0))) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (or $v.metrics.serviceMonitor.enabled $v.live.autoscaling.enabled) (not (regexMatch `(?m)^[ \t]*metrics_addr[ \t]*=` $v.pipeline.toml)) -}}
+{{- fail (printf "serve.enabled with metrics.serviceMonitor or live.autoscaling: Prometheus scrapes the metrics port, which serve opens only when the TOML asks: add metrics_addr = \"0.0.0.0:%d\" to [pipeline] in pipeline.toml (serve's own /metrics needs a token)" (int $v.metrics.port)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+
+{{/* A PersistentVolumeClaim's spec from live.persistence */}}
+{{- define "infer-stream.claimSpec" -}}
+{{- $p := .Values.live.persistence -}}
+accessModes:
+  {{- toYaml $p.accessModes | nindent 2 }}
+{{- with $p.storageClassName }}
+storageClassName: {{ . }}
+{{- end }}
+resources:
+  requests:
+    storage: {{ $p.size }}
 {{- end -}}
