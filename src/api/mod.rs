@@ -21,7 +21,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::config::api::ApiConfig;
+use crate::config::api::{ApiConfig, DEFAULT_MAX_STREAMS};
 use crate::config::{Diagnostic, PipelineConfig};
 use crate::metrics::Metrics;
 pub use crate::runtime::control::{Control, ControlError};
@@ -65,6 +65,8 @@ pub struct ApiSettings {
     pub mtls: bool,
     pub max_body: usize,
     pub results_buffer: usize,
+    /// The most added streams listed at once (`api.max_streams`).
+    pub max_streams: usize,
 }
 
 impl ApiSettings {
@@ -87,7 +89,17 @@ impl ApiSettings {
                 .diag(span, format!("the API on {listen} could be reached from other machines without tokens"))
                 .with_help("give `[pipeline] api.tokens` (or `tokens_file`), or listen on 127.0.0.1"));
         }
+        let max_streams = match &api.max_streams {
+            Some(m) if *m.get_ref() == 0 => {
+                return Err(cfg
+                    .diag(m.span(), "`api.max_streams` must be at least 1")
+                    .with_help(format!("the most streams added at run time at once (default {DEFAULT_MAX_STREAMS})")));
+            }
+            Some(m) => *m.get_ref(),
+            None => DEFAULT_MAX_STREAMS,
+        };
         Ok(ApiSettings {
+            max_streams,
             listen,
             auth: Arc::new(auth),
             mtls: api.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),

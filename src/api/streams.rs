@@ -21,6 +21,7 @@ pub fn status_of(e: &ControlError) -> StatusCode {
         ControlError::Duplicate(_) => StatusCode::CONFLICT,
         ControlError::Stopping => StatusCode::SERVICE_UNAVAILABLE,
         ControlError::Static(_) => StatusCode::CONFLICT,
+        ControlError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
         ControlError::UnknownTemplate { .. } | ControlError::NotAllowed { .. } | ControlError::Invalid(_) => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
@@ -62,6 +63,13 @@ async fn add(State(s): State<ApiState>, body: Result<axum::body::Bytes, axum::ex
         Ok(Ok(st)) => {
             let location = format!("/v1/streams/{}", st.id);
             (StatusCode::CREATED, [(axum::http::header::LOCATION, location)], Json(st)).into_response()
+        }
+        Ok(Err(ControlError::TooMany { limit, max })) => {
+            // Which limit: `template` (its `max_streams`) or `total` (`api.max_streams`).
+            let e = ControlError::TooMany { limit: limit.clone(), max };
+            let status = StatusCode::TOO_MANY_REQUESTS;
+            let body = serde_json::json!({ "error": e.to_string(), "status": status.as_u16(), "limit": limit.name(), "max_streams": max });
+            (status, Json(body)).into_response()
         }
         Ok(Err(e)) => error(status_of(&e), e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("adding the stream failed: {e}")),

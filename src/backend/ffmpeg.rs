@@ -36,6 +36,13 @@ pub enum FfmpegError {
     Scaler { from: Pixel, to: Pixel, src_w: u32, src_h: u32, dst_w: u32, dst_h: u32 },
 }
 
+impl FfmpegError {
+    /// The server refused the credentials (HTTP or RTSP `401 Unauthorized`).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, FfmpegError::Open { source: ff::Error::HttpUnauthorized, .. })
+    }
+}
+
 /// Initialise FFmpeg once. Its own log lines (`[tcp @ 0x…] Connection to …
 /// failed`) repeat what we report ourselves, so they go to our log at debug
 /// level (`-v`), FFmpeg's fatal errors at error level.

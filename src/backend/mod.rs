@@ -2,6 +2,7 @@
 //! allowed `unsafe`; every block says why it is sound.
 
 pub mod ffmpeg;
+pub mod memory;
 pub mod ort;
 pub mod process;
 

@@ -20,6 +20,8 @@ use super::{STARTED, build_checked, check_before_run, exit, exit_code, install_s
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
 pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBuf>, report_path: Option<&Path>, quiet: bool) -> Result<u8> {
+    // Streams come and go: what a removed stream freed goes back to the system.
+    infer_stream::backend::memory::return_freed_memory_promptly();
     let sd = Shutdown::new();
     install_signals(sd.clone())?;
     let opts = BuildOptions { ort_library, batch_state: false, shutdown: Some(sd.clone()), ..Default::default() };
@@ -58,6 +60,7 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
     let mut pipeline = Pipeline::new(&cfg, graph, bodies);
     let control = pipeline.control(ResultsHub::new(settings.results_buffer));
     control.running_under(sd.clone());
+    control.limit_streams(settings.max_streams);
     let acct = Arc::new(Accounting::default());
     metrics.watch(&pipeline, acct.clone(), sd.clone());
     let added = control.clone();
@@ -89,6 +92,14 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
     server.stop(Duration::from_secs(1));
     if let Some(m) = metrics_server {
         m.stop();
+    }
+    let mut report = report;
+    if !control.templates().is_empty() {
+        // Streams added at run time: their first results count from their `POST`, not from the start.
+        if !control.has_file_streams() {
+            report.first_result_ms = None;
+        }
+        report.streams = Some(control.streams_report());
     }
     if !quiet {
         eprintln!("{}", report.render());

@@ -26,7 +26,12 @@ pub struct ApiConfig {
     pub max_body_bytes: Option<usize>,
     /// Results kept for a subscriber that is slow to read (default 256); the oldest go first.
     pub results_buffer: Option<usize>,
+    /// The most streams added at run time listed at once, all templates together (default 64; more: `429`).
+    pub max_streams: Option<Spanned<usize>>,
 }
+
+/// The default of `api.max_streams`.
+pub const DEFAULT_MAX_STREAMS: usize = 64;
 
 /// `tls = { cert = "...", key = "...", client_ca = "..." }`.
 #[derive(Debug, Clone, Deserialize)]

@@ -185,6 +185,8 @@ pub struct FileSourceConfig {
     /// With `dynamic`: the keys an added stream may set besides its `id` (e.g. `["uri", "required"]`).
     #[serde(default)]
     pub allow: Vec<Spanned<String>>,
+    /// With `dynamic`: the most streams of this template listed at once (more: `429`).
+    pub max_streams: Option<Spanned<usize>>,
 }
 
 /// `rotate` of a `file` or `dir` source.
@@ -365,6 +367,11 @@ pub struct RtspSourceConfig {
     pub probe_window_ms: Spanned<u64>,
     /// Give up after this many failed attempts in a row (default: never).
     pub max_retries: Option<u32>,
+    /// The camera refused the credentials (RTSP 401) this many times in a row:
+    /// the stream shows as `failed` (`unauthorized`) while the source keeps
+    /// trying on the backoff, in case the camera's credentials change.
+    #[serde(default = "rtsp_max_auth_failures")]
+    pub max_auth_failures: Spanned<u32>,
     /// `/readyz` is not ready while this stream is lost (`false`: it only
     /// shows in `/readyz?verbose`).
     #[serde(default = "yes")]
@@ -396,8 +403,13 @@ pub struct RtspSourceConfig {
     /// With `dynamic`: the keys an added stream may set besides its `id` (e.g. `["uri", "required"]`).
     #[serde(default)]
     pub allow: Vec<Spanned<String>>,
+    /// With `dynamic`: the most streams of this template listed at once (more: `429`).
+    pub max_streams: Option<Spanned<usize>>,
 }
 
+fn rtsp_max_auth_failures() -> Spanned<u32> {
+    Spanned::new(0..0, 3)
+}
 fn rtsp_connect_timeout() -> Spanned<u64> {
     Spanned::new(0..0, 5000)
 }

@@ -81,6 +81,13 @@ pub struct InputEnd {
     pub failed: u64,
 }
 
+impl InputEnd {
+    /// An input that ended before its first frame (its source never started).
+    pub fn nothing(stream: Arc<str>) -> Self {
+        InputEnd { stream, read_to_end: false, decoded: 0, processed: 0, dropped: 0, failed: 0 }
+    }
+}
+
 /// Called once when an input has ended.
 pub type OnInputEnd = Box<dyn FnOnce(InputEnd) + Send>;
 
@@ -95,6 +102,8 @@ pub struct InputToken {
     processed: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    /// When a sink first took a frame of it (the input's first result).
+    pub first_result: Arc<std::sync::OnceLock<std::time::Instant>>,
     on_end: Mutex<Option<OnInputEnd>>,
 }
 
@@ -113,6 +122,7 @@ impl InputToken {
             processed: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            first_result: Arc::default(),
             on_end: Mutex::new(Some(on_end)),
         })
     }
@@ -151,6 +161,9 @@ impl Ticket {
     /// The frame reached a sink.
     pub fn sunk(&self) {
         self.state.fetch_or(SUNK, Ordering::AcqRel);
+        if let Some(i) = &self.input {
+            i.first_result.get_or_init(std::time::Instant::now);
+        }
     }
     /// A queue dropped the frame.
     pub fn dropped(&self) {

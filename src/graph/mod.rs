@@ -378,6 +378,26 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
         }
     }
 
+    // `max_streams` belongs to templates of added streams (`dynamic = true`), and is 1 or more.
+    for node in &cfg.nodes {
+        let (dynamic, max) = match &node.kind {
+            NodeKind::Rtsp(c) => (c.dynamic, &c.max_streams),
+            NodeKind::File(c) => (c.dynamic, &c.max_streams),
+            _ => continue,
+        };
+        match max {
+            Some(m) if !dynamic => diags.push(
+                cfg.diag(m.span(), format!("source `{}`: `max_streams` is for templates of added streams", node.name))
+                    .with_help("set `dynamic = true` as well, or leave `max_streams` out"),
+            ),
+            Some(m) if *m.get_ref() == 0 => diags.push(
+                cfg.diag(m.span(), format!("source `{}`: `max_streams` must be at least 1", node.name))
+                    .with_help("leave it out for no limit but the pipeline's (`[pipeline] api.max_streams`)"),
+            ),
+            _ => {}
+        }
+    }
+
     // RTSP cameras: an rtsp:// URL and workable timings.
     for node in &cfg.nodes {
         if let NodeKind::Rtsp(r) = &node.kind {
@@ -1413,6 +1433,12 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
         if *v.get_ref() > MAX_WAIT_MS {
             diags.push(cfg.diag(v.span(), format!("rtsp `{name}`: `{key}` must be at most {MAX_WAIT_MS} (a day), got {}", v.get_ref())));
         }
+    }
+    if *r.max_auth_failures.get_ref() == 0 {
+        diags.push(
+            cfg.diag(r.max_auth_failures.span(), format!("rtsp `{name}`: `max_auth_failures` must be at least 1, got 0"))
+                .with_help("the number of refused credentials (RTSP 401) in a row before the stream shows as failed"),
+        );
     }
     let probe = *r.probe_interval_ms.get_ref();
     if probe != 0 && probe < 50 {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::added::{AddedLog, StreamsReport};
 use super::dynamic::{Command, Template};
 use super::results::ResultsHub;
 use super::{NodeStats, Shutdown};
@@ -36,6 +37,36 @@ pub enum ControlError {
     Static(String),
     #[error("the pipeline is stopping")]
     Stopping,
+    /// A stream limit is reached (`429`).
+    #[error("{}", too_many(.limit, .max))]
+    TooMany { limit: Limit, max: usize },
+}
+
+/// Which stream limit refused an added stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limit {
+    /// The template's `max_streams`.
+    Template(String),
+    /// `[pipeline] api.max_streams`, all templates together.
+    Total,
+}
+
+impl Limit {
+    /// `template` or `total`, as the API's error says.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Limit::Template(_) => "template",
+            Limit::Total => "total",
+        }
+    }
+}
+
+fn too_many(limit: &Limit, max: &usize) -> String {
+    let what = match limit {
+        Limit::Template(t) => format!("source `{t}` has {max} added stream(s), its `max_streams`"),
+        Limit::Total => format!("the pipeline has {max} added stream(s), `[pipeline] api.max_streams`"),
+    };
+    format!("{what}: remove one (DELETE /v1/streams/ID; ended and failed streams count until removed) before adding another")
 }
 
 fn hint(templates: &[String]) -> String {
@@ -86,8 +117,12 @@ pub struct StreamSlot {
     pub(crate) restart: (Restart, Option<u32>, Duration),
     stop: Arc<Shutdown>,
     removing: AtomicBool,
+    /// Its worker thread is done and its source (decoder, threads, pools) dropped.
+    exited: AtomicBool,
     state: Mutex<SlotState>,
     added: Instant,
+    /// When its first result reached a sink (set once its input is open).
+    pub(crate) first_result: std::sync::OnceLock<Arc<std::sync::OnceLock<Instant>>>,
 }
 
 impl StreamSlot {
@@ -105,6 +140,9 @@ impl StreamSlot {
         s.terminal = Some(StreamState::Failed);
         s.last_error = Some(crate::config::mask_credentials(&reason).into_owned());
     }
+    pub(crate) fn exited(&self) {
+        self.exited.store(true, Ordering::Release);
+    }
     pub(crate) fn worker_done(&self) {
         self.lock().terminal.get_or_insert(StreamState::Ended);
     }
@@ -119,6 +157,10 @@ impl StreamSlot {
     }
 
     fn state(&self) -> StreamState {
+        // Refused (a camera refusing the credentials): failed, while the source goes on trying (and when it stopped so).
+        if self.stats.refused.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            return StreamState::Failed;
+        }
         let s = self.lock();
         if let Some(t) = s.terminal {
             return t;
@@ -253,6 +295,10 @@ pub struct Control {
     shutdown: Mutex<Option<Arc<Shutdown>>>,
     started: Instant,
     index_of: BTreeMap<String, (u32, RestartPolicy)>,
+    /// The most added streams listed at once (`api.max_streams`).
+    max_streams: std::sync::atomic::AtomicUsize,
+    /// What became of the added streams removed so far.
+    added_log: AddedLog,
 }
 
 /// Stream ids: they name files (`{stream}`) and metric labels.
@@ -291,8 +337,10 @@ impl Control {
                     restart: (Restart::Never, None, Duration::ZERO),
                     stop: Shutdown::new(),
                     removing: AtomicBool::new(false),
+                    exited: AtomicBool::new(true),
                     state: Mutex::new(SlotState::default()),
                     added: Instant::now(),
+                    first_result: Default::default(),
                 }),
             );
         }
@@ -308,11 +356,32 @@ impl Control {
             shutdown: Mutex::new(None),
             started: Instant::now(),
             index_of,
+            max_streams: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            added_log: AddedLog::default(),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Arc<str>, Arc<StreamSlot>>> {
         self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// At most `n` added streams listed at once, all templates together (`api.max_streams`).
+    pub fn limit_streams(&self, n: usize) {
+        self.max_streams.store(n, Ordering::Relaxed);
+    }
+
+    /// Refused when adding one more stream to `template` would pass a limit.
+    fn room_for(&self, streams: &BTreeMap<Arc<str>, Arc<StreamSlot>>, template: &Template) -> Result<(), ControlError> {
+        let total = self.max_streams.load(Ordering::Relaxed);
+        if streams.values().filter(|s| s.dynamic).count() >= total {
+            return Err(ControlError::TooMany { limit: Limit::Total, max: total });
+        }
+        if let Some(max) = template.max_streams
+            && streams.values().filter(|s| s.dynamic && s.source == template.source).count() >= max
+        {
+            return Err(ControlError::TooMany { limit: Limit::Template(template.source.clone()), max });
+        }
+        Ok(())
     }
 
     /// The pipeline runs under `shutdown` (readiness says when it stops).
@@ -352,7 +421,10 @@ impl Control {
             }
         });
         let st = slot.lock();
-        let failure = || slot.stats.failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let failure = || {
+            let failure = slot.stats.failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            failure.or_else(|| slot.stats.refused.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        };
         let last_error = st.last_error.clone().or_else(failure).map(|e| crate::config::mask_credentials(&e).into_owned()).or_else(|| {
             slot.stats
                 .lost_now
@@ -418,8 +490,12 @@ impl Control {
         if let Some(key) = fields.keys().find(|k| !t.allow.iter().any(|a| a == *k)) {
             return Err(ControlError::NotAllowed { template: source.into(), key: key.clone(), allowed: t.allow.clone() });
         }
-        if self.lock().contains_key(id) {
-            return Err(ControlError::Duplicate(id.into()));
+        {
+            let streams = self.lock();
+            if streams.contains_key(id) {
+                return Err(ControlError::Duplicate(id.into()));
+            }
+            self.room_for(&streams, t)?;
         }
         let prepared = (t.prepare)(id, fields).map_err(|e| ControlError::Invalid(crate::config::mask_credentials(&e).into_owned()))?;
         let (index, restart) = self.index_of[source];
@@ -434,14 +510,18 @@ impl Control {
             restart,
             stop: Shutdown::new(),
             removing: AtomicBool::new(false),
+            exited: AtomicBool::new(false),
             state: Mutex::new(SlotState::default()),
             added: Instant::now(),
+            first_result: Default::default(),
         });
         {
             let mut streams = self.lock();
             if streams.contains_key(id) {
                 return Err(ControlError::Duplicate(id.into()));
             }
+            // Checked again under the same lock as the insert: requests at once cannot pass the limit together.
+            self.room_for(&streams, t)?;
             streams.insert(slot.id.clone(), slot.clone());
         }
         if !t.send(Command::Start(slot.clone(), prepared)) {
@@ -452,15 +532,20 @@ impl Control {
         Ok(self.status(&slot))
     }
 
-    /// Stop an added stream: its frames in flight drain and its outputs close;
-    /// waits up to `wait` for that, then forgets the stream. Its last status.
+    /// Stop an added stream: its frames in flight drain, its outputs close and
+    /// its source is dropped; waits up to `wait` for that, then forgets the
+    /// stream and hands the memory it freed back to the system. Its last status.
     pub fn remove_stream(&self, id: &str, wait: Duration) -> Result<StreamStatus, ControlError> {
         let slot = self.begin_remove(id)?;
         let until = Instant::now() + wait;
-        while !slot.is_flushed() && Instant::now() < until {
+        while !(slot.is_flushed() && slot.exited.load(Ordering::Acquire)) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(self.finish_remove(&slot))
+        let status = self.finish_remove(&slot);
+        // Its decoder threads, frames and counters are freed now; without this the
+        // allocator keeps their memory in its arenas (hundreds of MB after 200 streams).
+        crate::backend::memory::return_free_memory();
+        Ok(status)
     }
 
     /// The first half of [`Control::remove_stream`]: ask the stream to stop.
@@ -480,9 +565,38 @@ impl Control {
         let mut streams = self.lock();
         if streams.get(&slot.id).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             streams.remove(&slot.id);
+            drop(streams);
+            self.record(slot, &status);
         }
         tracing::info!("stream `{}` removed ({} frames)", slot.id, status.frames);
         status
+    }
+
+    /// Record what became of an added stream, for the summary.
+    fn record(&self, slot: &StreamSlot, status: &StreamStatus) {
+        let error = (status.state == StreamState::Failed).then(|| status.last_error.clone().unwrap_or_else(|| "failed".into()));
+        let first = slot.first_result.get().and_then(|f| f.get()).map(|t| t.saturating_duration_since(slot.added));
+        self.added_log.record(&slot.id, &slot.source, error, first);
+    }
+
+    /// At the end of the run: what became of every stream added (the ones still
+    /// listed are recorded now, and forgotten).
+    pub fn streams_report(&self) -> StreamsReport {
+        let listed: Vec<Arc<StreamSlot>> = {
+            let mut streams = self.lock();
+            let ids: Vec<Arc<str>> = streams.values().filter(|s| s.dynamic).map(|s| s.id.clone()).collect();
+            ids.iter().filter_map(|id| streams.remove(id)).collect()
+        };
+        for slot in listed {
+            let status = self.status(&slot);
+            self.record(&slot, &status);
+        }
+        self.added_log.report()
+    }
+
+    /// Whether the pipeline file has sources of its own (not only templates).
+    pub fn has_file_streams(&self) -> bool {
+        self.lock().values().any(|s| !s.dynamic)
     }
 
     /// The graph, each node's counters, the templates.

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::control::StreamSlot;
 use super::{Msg, NodeStats, Shutdown, SourceCtx, panic_message};
+use crate::frame::InputEnd;
 use crate::stages::Source;
 
 /// Makes the source of one added stream: checked when the stream is asked
@@ -45,15 +46,17 @@ pub struct Template {
     pub source: String,
     pub kind: &'static str,
     pub allow: Vec<String>,
+    /// The most streams of this template listed at once (`max_streams`; `None`: only the pipeline's limit).
+    pub max_streams: Option<usize>,
     pub(crate) prepare: Prepare,
     tx: Sender<Command>,
     rx: Mutex<Option<Receiver<Command>>>,
 }
 
 impl Template {
-    pub fn new(source: String, kind: &'static str, allow: Vec<String>, prepare: Prepare) -> Arc<Self> {
+    pub fn new(source: String, kind: &'static str, allow: Vec<String>, max_streams: Option<usize>, prepare: Prepare) -> Arc<Self> {
         let (tx, rx) = unbounded();
-        Arc::new(Template { source, kind, allow, prepare, tx, rx: Mutex::new(Some(rx)) })
+        Arc::new(Template { source, kind, allow, max_streams, prepare, tx, rx: Mutex::new(Some(rx)) })
     }
 
     pub(crate) fn send(&self, c: Command) -> bool {
@@ -142,42 +145,63 @@ fn forward(ctx: &mut SourceCtx<'_>, m: Msg) {
 
 /// Start one stream's worker thread.
 fn start(ctx: &SourceCtx<'_>, slot: Arc<StreamSlot>, prepared: Prepared, tx: Sender<Msg>) -> std::io::Result<JoinHandle<()>> {
-    let flushed = slot.clone();
-    let input = ctx.open_input(slot.id.clone(), move |end, ok| flushed.flushed(&end, ok));
+    // The stream's input (what the sinks close) opens once its source is built:
+    // a stream that never starts leaves no output behind.
+    let opener = ctx.input_opener();
     let acct = ctx.acct.clone();
     let index = ctx.index;
     let restart = slot.restart;
     std::thread::Builder::new().name(format!("stream:{}", slot.id)).spawn(move || {
-        let built = catch_unwind(AssertUnwindSafe(prepared.build)).unwrap_or_else(|p| Err(format!("panic: {}", panic_message(p))));
-        let mut src = match built {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("stream `{}` ({}): {e}", slot.id, slot.shown);
-                slot.failed(e);
-                return;
-            }
-        };
-        let stats: &NodeStats = &slot.stats;
-        stats.required.store(src.required(), Ordering::Relaxed);
-        let sd: Arc<Shutdown> = slot.stop_flag();
-        let frames = tx.clone();
-        let mut emit = move |f| frames.send(Msg::Frame(f)).is_ok();
-        let events = move |e| {
-            let _ = tx.send(Msg::Event(e));
-        };
-        let mut sctx = SourceCtx::new(slot.id.clone(), index, &sd, &acct, stats, &mut emit).with_events(&events);
-        sctx.input = Some(input);
-        tracing::info!("stream `{}` of `{}` started: {}", slot.id, slot.source, slot.shown);
-        let err = super::drive_source(&mut src, &mut sctx, stats, restart);
-        sctx.finish();
-        drop(sctx);
-        stats.finish();
-        match err {
-            Some(e) => {
-                tracing::warn!("stream `{}`: {e}", slot.id);
-                slot.failed(e);
-            }
-            None => slot.worker_done(),
-        }
+        // Its source (decoder, threads, pools) is gone when this returns.
+        run_stream(&slot, prepared, opener, acct, index, restart, tx);
+        slot.exited();
     })
+}
+
+/// Build one stream's source and drive it until it ends or is stopped.
+fn run_stream(
+    slot: &Arc<StreamSlot>,
+    prepared: Prepared,
+    opener: super::InputOpener,
+    acct: Arc<crate::frame::Accounting>,
+    index: u32,
+    restart: super::control::RestartPolicy,
+    tx: Sender<Msg>,
+) {
+    let built = catch_unwind(AssertUnwindSafe(prepared.build)).unwrap_or_else(|p| Err(format!("panic: {}", panic_message(p))));
+    let mut src = match built {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("stream `{}` ({}): {e}", slot.id, slot.shown);
+            slot.failed(e);
+            // Nothing of it reached a sink: nothing to flush.
+            slot.flushed(&InputEnd::nothing(slot.id.clone()), true);
+            return;
+        }
+    };
+    let flushed = slot.clone();
+    let input = opener.open(slot.id.clone(), move |end, ok| flushed.flushed(&end, ok));
+    let _ = slot.first_result.set(input.first_result.clone());
+    let stats: &NodeStats = &slot.stats;
+    stats.required.store(src.required(), Ordering::Relaxed);
+    let sd: Arc<Shutdown> = slot.stop_flag();
+    let frames = tx.clone();
+    let mut emit = move |f| frames.send(Msg::Frame(f)).is_ok();
+    let events = move |e| {
+        let _ = tx.send(Msg::Event(e));
+    };
+    let mut sctx = SourceCtx::new(slot.id.clone(), index, &sd, &acct, stats, &mut emit).with_events(&events);
+    sctx.input = Some(input);
+    tracing::info!("stream `{}` of `{}` started: {}", slot.id, slot.source, slot.shown);
+    let err = super::drive_source(&mut src, &mut sctx, stats, restart);
+    sctx.finish();
+    drop(sctx);
+    stats.finish();
+    match err {
+        Some(e) => {
+            tracing::warn!("stream `{}`: {e}", slot.id);
+            slot.failed(e);
+        }
+        None => slot.worker_done(),
+    }
 }

@@ -1,6 +1,7 @@
 //! Runs a built pipeline: one thread per node, bounded crossbeam channels
 //! between them, frames accounted for, and an orderly drain on shutdown.
 
+pub mod added;
 pub mod control;
 pub mod dynamic;
 pub mod ends;
@@ -193,6 +194,25 @@ impl Outputs {
     }
 }
 
+/// Opens inputs of a source (see [`SourceCtx::open_input`]) from any thread.
+pub(crate) struct InputOpener(Option<Arc<StreamEnds>>);
+
+impl InputOpener {
+    pub(crate) fn open(self, stream: Arc<str>, on_flushed: impl FnOnce(InputEnd, bool) + Send + 'static) -> Arc<InputToken> {
+        let ends = self.0;
+        InputToken::new(
+            stream,
+            Box::new(move |end: InputEnd| match ends {
+                Some(hub) => {
+                    let s = end.stream.clone();
+                    hub.ended(s, Box::new(move |ok| on_flushed(end, ok)));
+                }
+                None => on_flushed(end, true),
+            }),
+        )
+    }
+}
+
 /// What a source sees: the stop flag and a way to emit frames.
 pub struct SourceCtx<'a> {
     pub name: Arc<str>,
@@ -257,17 +277,12 @@ impl<'a> SourceCtx<'a> {
     /// and every frame of it settled) and every sink closed the stream; its
     /// `bool` says whether all sinks did so without error.
     pub fn open_input(&self, stream: Arc<str>, on_flushed: impl FnOnce(InputEnd, bool) + Send + 'static) -> Arc<InputToken> {
-        let ends = self.ends.clone();
-        InputToken::new(
-            stream,
-            Box::new(move |end: InputEnd| match ends {
-                Some(hub) => {
-                    let s = end.stream.clone();
-                    hub.ended(s, Box::new(move |ok| on_flushed(end, ok)));
-                }
-                None => on_flushed(end, true),
-            }),
-        )
+        self.input_opener().open(stream, on_flushed)
+    }
+
+    /// What [`SourceCtx::open_input`] needs, to open an input later on another thread.
+    pub(crate) fn input_opener(&self) -> InputOpener {
+        InputOpener(self.ends.clone())
     }
 
     /// A new frame of one input (its own stream), with its accounting ticket.
@@ -324,6 +339,12 @@ impl<'a> SourceCtx<'a> {
         if let Some(send) = self.events {
             send(event);
         }
+    }
+
+    /// The input refuses this source for now (`Some`: why; the stream shows as
+    /// `failed` while the source goes on trying), or no longer (`None`).
+    pub fn refused(&self, reason: Option<String>) {
+        *self.stats.refused.lock().unwrap_or_else(|e| e.into_inner()) = reason;
     }
 
     /// A new frame of this stream, with its accounting ticket.

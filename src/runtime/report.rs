@@ -117,6 +117,9 @@ pub struct RunReport {
     /// Tracks that ended, by `track` stage.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tracks_ended: Vec<(String, u64)>,
+    /// `serve`: the streams added at run time (how many, which failed, their first results).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams: Option<super::added::StreamsReport>,
 }
 
 /// One count of an `analytics` stage: `what` is `in` or `out` for a line,
@@ -302,6 +305,7 @@ impl RunReport {
                 .map(|s| (s.name.clone(), s.tracks_ended.load(Ordering::Relaxed)))
                 .filter(|(_, n)| *n > 0)
                 .collect(),
+            streams: None,
         }
     }
 
@@ -449,6 +453,9 @@ impl RunReport {
         }
         if let Some(ms) = self.first_result_ms {
             let _ = writeln!(s, "time to first result: {ms:.0} ms after the pipeline started");
+        }
+        if let Some(st) = &self.streams {
+            s.push_str(&st.lines());
         }
         if let Some(i) = &self.inputs {
             let _ = writeln!(s, "{}", i.line());

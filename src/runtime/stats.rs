@@ -134,6 +134,9 @@ pub struct NodeStats {
     pub lost_now: Mutex<Option<(std::time::Instant, String)>>,
     /// Sources: the error its input failed with for good (set before `done`; `None`: a clean end).
     pub failure: Mutex<Option<String>>,
+    /// Sources: why the input refuses this source for now (a camera refusing the
+    /// credentials), while it goes on trying; shown as `failed` (`None`: not refused).
+    pub refused: Mutex<Option<String>>,
     /// Sinks: frames a server output could not take (it was unreachable).
     pub undelivered: AtomicU64,
     /// Message-bus sinks: delivered, retried, spooled, spool bytes, latency, errors.
@@ -175,6 +178,7 @@ impl NodeStats {
             longest_gap_ms: AtomicU64::new(0),
             lost_now: Mutex::new(None),
             failure: Mutex::new(None),
+            refused: Mutex::new(None),
             required: AtomicBool::new(true),
             dynamic: AtomicBool::new(false),
             loops: AtomicU64::new(0),

@@ -24,6 +24,9 @@ use crate::frame::{EventKind, Pool};
 use crate::runtime::{Shutdown, SourceCtx};
 use crate::stages::Source;
 
+/// How a refusal of the credentials (RTSP 401) starts its error.
+const UNAUTHORIZED: &str = "unauthorized";
+
 /// A connection that delivered frames this long resets the backoff.
 pub const HEALTHY: Duration = Duration::from_secs(60);
 
@@ -334,6 +337,9 @@ pub struct RtspSource {
     watchdog: Duration,
     reconnect: bool,
     max_retries: Option<u32>,
+    /// Refused credentials (RTSP 401) in a row before the stream shows as failed, and so far.
+    max_auth_failures: u32,
+    auth_failures: u32,
     /// `/readyz` waits for this stream while it is lost.
     required: bool,
     /// Why the camera did not answer at start (`wait_at_start`): the run
@@ -378,6 +384,8 @@ impl RtspSource {
             watchdog: ms(&c.watchdog_ms),
             reconnect: c.reconnect,
             max_retries: c.max_retries,
+            max_auth_failures: *c.max_auth_failures.get_ref(),
+            auth_failures: 0,
             required: c.required,
             start_error: None,
             retry: Retry::new(
@@ -403,6 +411,7 @@ impl RtspSource {
         match src.connect() {
             Ok(decoder) => src.decoder = Some(decoder),
             Err(e) if c.wait_at_start => {
+                src.auth_failures = u32::from(e.starts_with(UNAUTHORIZED));
                 tracing::warn!(
                     "source `{}`: camera not reachable at start: {e}; the run starts and the source keeps trying (wait_at_start)",
                     node.name
@@ -444,6 +453,9 @@ impl RtspSource {
             Err(_) if self.watch.fired.load(Ordering::Relaxed) => {
                 Err(format!("{}: no answer within {} ms (connect_timeout_ms)", self.shown, self.connect_timeout.as_millis()))
             }
+            Err(e) if e.is_unauthorized() => {
+                Err(format!("{UNAUTHORIZED}: {} refused the credentials (RTSP 401): check the user and password in `uri`", self.shown))
+            }
             Err(e) => Err(mask_credentials(&e.to_string()).into_owned()),
         }
     }
@@ -481,6 +493,34 @@ impl RtspSource {
         Ok(true)
     }
 
+    /// Count refused credentials in a row (`error`: the attempt's, `None`: it
+    /// connected): after `max_auth_failures` of them the stream shows as failed,
+    /// until an attempt ends otherwise.
+    fn count_refusals(&mut self, ctx: &SourceCtx<'_>, error: Option<&String>) {
+        match error {
+            Some(e) if e.starts_with(UNAUTHORIZED) => {
+                self.auth_failures = self.auth_failures.saturating_add(1);
+                if self.auth_failures == self.max_auth_failures {
+                    tracing::warn!(
+                        "source `{}`: {e} ({} times in a row); shown as failed, still trying on the backoff in case they change",
+                        ctx.name,
+                        self.auth_failures
+                    );
+                }
+                if self.auth_failures >= self.max_auth_failures {
+                    ctx.refused(Some(format!("{e} ({} times in a row; still trying)", self.auth_failures)));
+                }
+            }
+            _ => {
+                if self.auth_failures >= self.max_auth_failures {
+                    tracing::info!("source `{}`: no longer refused ({} refusal(s) in a row before)", ctx.name, self.auth_failures);
+                }
+                self.auth_failures = 0;
+                ctx.refused(None);
+            }
+        }
+    }
+
     /// Connection attempts on the [`Retry`] schedule until one succeeds;
     /// `Ok(None)` when the pipeline stopped meanwhile.
     fn connect_with_backoff(&mut self, ctx: &mut SourceCtx<'_>, lost_at: Instant, what: &str) -> Result<Option<(Conn, u32)>, String> {
@@ -508,7 +548,9 @@ impl RtspSource {
                 Step::Open => {}
             }
             attempts += 1;
-            match self.connect() {
+            let r = self.connect();
+            self.count_refusals(ctx, r.as_ref().err());
+            match r {
                 Ok(d) => return Ok(Some((d, attempts))),
                 Err(_) if ctx.stopping() => return Ok(None),
                 Err(e) => {

@@ -12,7 +12,8 @@ use crate::runtime::dynamic::{DynamicSource, Prepared, Template};
 use crate::stages::Source;
 
 /// Keys no added stream may set, whatever `allow` says.
-const FIXED: &[&str] = &["kind", "dynamic", "allow", "inputs", "queue", "on_error", "restart", "max_restarts", "restart_backoff_ms"];
+const FIXED: &[&str] =
+    &["kind", "dynamic", "allow", "max_streams", "inputs", "queue", "on_error", "restart", "max_restarts", "restart_backoff_ms"];
 
 /// Whether `node` is a template (`dynamic = true`).
 pub fn is_template(node: &NodeConfig) -> bool {
@@ -31,11 +32,13 @@ pub fn build(
     pool_size: usize,
     max_frames: Option<u64>,
 ) -> Result<Option<DynamicSource>, Diagnostic> {
-    let allow = match &node.kind {
-        NodeKind::Rtsp(c) if c.dynamic => &c.allow,
-        NodeKind::File(c) if c.dynamic => &c.allow,
+    let (allow, max_streams) = match &node.kind {
+        NodeKind::Rtsp(c) if c.dynamic => (&c.allow, &c.max_streams),
+        NodeKind::File(c) if c.dynamic => (&c.allow, &c.max_streams),
         _ => return Ok(None),
     };
+    // Checked with the graph: 1 or more.
+    let max_streams = max_streams.as_ref().map(|m| *m.get_ref());
     if let Some(a) = allow.iter().find(|a| FIXED.contains(&a.get_ref().as_str())) {
         return Err(cfg
             .diag(a.span(), format!("source `{}`: an added stream may not set `{}`", node.name, a.get_ref()))
@@ -63,7 +66,7 @@ pub fn build(
         "template of streams added at run time (they may set: {})",
         if allow.is_empty() { "nothing but their id".into() } else { allow.join(", ") }
     );
-    Ok(Some(DynamicSource::new(Template::new(node.name.clone(), kind, allow, prepare), describe)))
+    Ok(Some(DynamicSource::new(Template::new(node.name.clone(), kind, allow, max_streams, prepare), describe)))
 }
 
 #[allow(clippy::too_many_arguments)]
