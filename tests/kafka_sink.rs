@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers as _;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use util::brokers::{Broker, delivery_line, figure, free_port, tansu};
 use util::*;
@@ -19,6 +20,20 @@ use util::*;
 /// Every message of `topic` from the start, read until none came for `quiet`
 /// (at most `within`): (partition, value as JSON).
 fn consume(broker: &str, topic: &str, want: usize, quiet: Duration, within: Duration) -> Vec<(i32, serde_json::Value)> {
+    consume_with_headers(broker, topic, want, quiet, within).into_iter().map(|(p, v, _)| (p, v)).collect()
+}
+
+/// A consumed message's headers, by name (values as text).
+type Headers = std::collections::BTreeMap<String, String>;
+
+/// [`consume`], with each message's headers.
+fn consume_with_headers(
+    broker: &str,
+    topic: &str,
+    want: usize,
+    quiet: Duration,
+    within: Duration,
+) -> Vec<(i32, serde_json::Value, Headers)> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("group.id", "test")
@@ -61,7 +76,13 @@ fn consume(broker: &str, topic: &str, want: usize, quiet: Duration, within: Dura
             Some(Ok(m)) => {
                 let v: serde_json::Value = serde_json::from_slice(m.payload().expect("a value")).expect("JSON");
                 assert_eq!(m.key(), v["stream"].as_str().map(str::as_bytes), "the key is the stream");
-                got.push((m.partition(), v));
+                let headers: Headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())).collect()
+                    })
+                    .unwrap_or_default();
+                got.push((m.partition(), v, headers));
                 last = Instant::now();
             }
             Some(Err(e)) => eprintln!("consumer: {e}"),
@@ -168,10 +189,22 @@ fn messages_equal_the_frames_in_order_and_match_the_schema() {
     assert_eq!(figure(line, "delivered"), 12, "{line}");
     assert_eq!(figure(line, "spooled"), 0, "{line}");
 
-    let got = consume(&broker.addr(), "results-cam", lines.len(), Duration::from_millis(1500), Duration::from_secs(30));
-    let values: Vec<&serde_json::Value> = got.iter().map(|(_, v)| v).collect();
+    let got = consume_with_headers(&broker.addr(), "results-cam", lines.len(), Duration::from_millis(1500), Duration::from_secs(30));
+    // Each message is the frame's line with the run's id added (the same in every message and its headers).
+    let run = got[0].1["run"].as_str().expect("a run id").to_string();
+    assert!(err.contains(&format!(", run {run})")), "the start line names the run:\n{err}");
+    let mut values: Vec<serde_json::Value> = Vec::new();
+    for (_, v, h) in &got {
+        assert_eq!(v["run"], run.as_str(), "{v}");
+        assert_eq!(h.get("run"), Some(&run), "{h:?}");
+        assert_eq!(h.get("id"), Some(&format!("{run}/cam/{}", v["seq"])), "{h:?}");
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().shift_remove("run");
+        values.push(v);
+    }
     let want: Vec<&serde_json::Value> = lines.iter().collect();
-    assert_eq!(values, want, "the messages are the frames, in order");
+    assert_eq!(values.iter().collect::<Vec<_>>(), want, "the messages are the frames, in order");
+    let values: Vec<&serde_json::Value> = got.iter().map(|(_, v, _)| v).collect();
     let check = validator();
     for v in &values {
         check(v);
@@ -288,6 +321,109 @@ fn sigterm_while_the_broker_is_down_exits_in_time_and_the_next_run_sends_the_spo
     let seqs: Vec<u64> = got.iter().filter_map(|(_, v)| v["seq"].as_u64()).collect();
     let want: Vec<u64> = (0..left).chain(0..5).collect();
     assert_eq!(seqs, want, "the spooled frames first, in order, then the new run's");
+}
+
+/// The identity of a frame's message (docs/messages.md): (run, stream, seq),
+/// checked against the Kafka headers `run` and `id`.
+fn identity(v: &serde_json::Value, h: &Headers) -> (String, String, u64) {
+    let run = v["run"].as_str().unwrap_or_else(|| panic!("a message without its run: {v}")).to_string();
+    let stream = v["stream"].as_str().unwrap().to_string();
+    let seq = v["seq"].as_u64().unwrap_or_else(|| panic!("not a frame: {v}"));
+    assert_eq!(h.get("run"), Some(&run), "the header `run` is the body's: {v} {h:?}");
+    assert_eq!(h.get("id"), Some(&format!("{run}/{stream}/{seq}")), "the header `id`: {v} {h:?}");
+    (run, stream, seq)
+}
+
+/// Run 1 is cut off from the broker mid-run (messages spool) and stopped while
+/// it is still away (messages left in the spool); run 2 replays them, then sends
+/// its own. A consumer reading the topic throughout, de-duplicating with the
+/// documented rule, has every frame of both runs exactly once; the rule seq
+/// restarts broke (the last seq per stream) would have thrown run 2 away.
+#[test]
+fn every_frame_of_two_runs_once_across_an_outage_a_stop_and_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = tansu(dir.path(), "memory://tansu/");
+    let addr = broker.addr();
+    create_topic(&broker, "ids");
+    let spool = dir.path().join("spool");
+    let p = dir.path().join("ids.toml");
+    let text = testsrc(100_000, 20) + &kafka_sink(&addr, "ids", &spool, "buffer_messages = 20\nflush_timeout_ms = 1500\n");
+    std::fs::write(&p, &text).unwrap();
+    let child = spawn(&p, dir.path());
+    std::thread::sleep(Duration::from_secs(3));
+    // What the broker holds before the outage (Tansu in memory keeps nothing across
+    // its restart), read with the pipeline frozen so that nothing is stored meanwhile.
+    signal(&child, "-STOP");
+    let before = consume_with_headers(&addr, "ids", 1, Duration::from_millis(1500), Duration::from_secs(20));
+    assert!(!before.is_empty(), "nothing was delivered before the outage");
+    broker.kill();
+    signal(&child, "-CONT");
+    std::thread::sleep(Duration::from_secs(3));
+    signal(&child, "-TERM");
+    let (code, err) = finish(child);
+    assert_eq!(code, Some(143), "{err}");
+    let line = delivery_line(&err, "bus");
+    let left = figure(line, "undelivered");
+    let (decoded1, _, _, _) = accounting(&err);
+    assert!(left > 20, "more than the 20 messages of memory wait: {line}");
+    assert_eq!(figure(line, "delivered") + left, decoded1, "every frame delivered or kept: {line}");
+    assert_eq!(figure(line, "spooled"), left, "the spooled figure counts what was left in the spool at exit: {line}");
+
+    // The broker is back (empty); run 2 sends 30 frames after what run 1 left.
+    broker.start();
+    create_topic(&broker, "ids");
+    let frames2 = 30;
+    std::fs::write(&p, testsrc(frames2, 50) + &kafka_sink(&addr, "ids", &spool, "")).unwrap();
+    let (code, err) = finish(spawn(&p, dir.path()));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains(&format!("replaying {left} message(s) left in the spool")), "{err}");
+    let line = delivery_line(&err, "bus");
+    assert_eq!((figure(line, "retried"), figure(line, "spooled")), (left, 0), "{line}");
+    let after = consume_with_headers(&addr, "ids", (left + frames2) as usize, Duration::from_millis(1500), Duration::from_secs(30));
+
+    let all: Vec<(String, String, u64)> = before.iter().chain(&after).map(|(_, v, h)| identity(v, h)).collect();
+    let run1 = all[0].0.clone();
+    let run2 = all.last().unwrap().0.clone();
+    assert_ne!(run1, run2, "each run has its own id");
+    assert!(after[..left as usize].iter().all(|(_, v, _)| v["run"] == run1.as_str()), "the replayed messages keep run 1's id");
+    // The documented rule: keep the set of identities delivered.
+    let mut seen = std::collections::HashSet::new();
+    let kept: Vec<&(String, String, u64)> = all.iter().filter(|id| seen.insert((*id).clone())).collect();
+    let want: Vec<(String, String, u64)> = (0..decoded1)
+        .map(|s| (run1.clone(), "cam".to_string(), s))
+        .chain((0..frames2).map(|s| (run2.clone(), "cam".to_string(), s)))
+        .collect();
+    let mut got: Vec<(String, String, u64)> = kept.iter().map(|id| (*id).clone()).collect();
+    got.sort_by_key(|(r, _, s)| (*r != run1, *s));
+    assert_eq!(got, want, "every frame of both runs, once");
+    // Its shortcut: the highest seq per (run, stream) keeps the same frames.
+    let mut last: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
+    let by_last = all
+        .iter()
+        .filter(|(r, st, s)| {
+            let k = (r.clone(), st.clone());
+            let new = last.get(&k).is_none_or(|l| s > l);
+            if new {
+                last.insert(k, *s);
+            }
+            new
+        })
+        .count();
+    assert_eq!(by_last, want.len(), "the highest seq per (run, stream) keeps every frame once");
+    // The rule the seq restart broke: the last seq per stream alone loses run 2's frames.
+    let mut last: Option<u64> = None;
+    let by_stream = all
+        .iter()
+        .filter(|(_, _, s)| {
+            let new = last.is_none_or(|l| *s > l);
+            if new {
+                last = Some(*s);
+            }
+            new
+        })
+        .count();
+    assert!(by_stream < want.len(), "the old rule keeps {by_stream} of {}", want.len());
+    eprintln!("run 1: {decoded1} frames, {left} left in the spool; {} messages before the outage, {} after", before.len(), after.len());
 }
 
 /// A topic of one partition on `broker` (`tansu topic create`).

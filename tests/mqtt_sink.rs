@@ -139,6 +139,7 @@ fn results_and_events_on_their_topics_and_a_broker_restart_loses_nothing() {
     let events: Vec<serde_json::Value> =
         g.iter().filter(|(t, _, _)| t == "site/door/events").map(|(_, b, _)| serde_json::from_slice(b).unwrap()).collect();
     assert!(events.iter().any(|e| e["event"] == "lost" && e["stream"] == "door" && e["schema"] == 1), "{events:?}");
+    assert!(events.iter().all(|e| e["run"].is_string()), "an event carries its run: {events:?}");
     assert!(g.iter().all(|(t, _, _)| t != "site/door/results"), "the missing camera has no frames");
     assert!(g.iter().any(|(t, b, _)| t == "site/available" && b == b"online"), "online on connecting");
     assert_eq!(
@@ -169,4 +170,97 @@ fn the_last_will_says_offline_when_the_process_is_killed() {
         "{:?}",
         later.lock().unwrap()
     );
+}
+
+/// Run 1 loses its broker mid-run (messages spool) and is stopped while it is
+/// still away (messages left in the spool); the broker comes back and run 2
+/// replays them, then sends its own. The subscriber (a persistent session
+/// across the broker's restart), de-duplicating with the documented rule
+/// (docs/messages.md: the set of (run, stream, seq)), has every frame of both
+/// runs exactly once; the last seq per stream alone would lose run 2's.
+#[test]
+fn every_frame_of_two_runs_once_across_an_outage_a_stop_and_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = mosquitto_persistent(dir.path());
+    let (_client, got) = subscribe(broker.port, "ids-watcher", "ids/#");
+    let port = broker.port;
+    let sink = |extra: &str| {
+        format!(
+            "[sinks.bus]\nkind = \"mqtt\"\ninputs = [\"cam\"]\nbroker = \"127.0.0.1:{port}\"\nprefix = \"ids\"\nspool_dir = \"{}\"\n{extra}",
+            dir.path().join("spool").display()
+        )
+    };
+    let cam = |frames: u64, rate: u32| {
+        format!("[sources.cam]\nkind = \"testsrc\"\nwidth = 64\nheight = 48\nrate = {rate}\nframes = {frames}\nrealtime = true\n")
+    };
+    let p = dir.path().join("ids.toml");
+    std::fs::write(&p, cam(100_000, 20) + &sink("buffer_messages = 20\nflush_timeout_ms = 1500\n")).unwrap();
+    let child = spawn(&p, dir.path());
+    std::thread::sleep(Duration::from_secs(3));
+    broker.stop();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(143), "{err}");
+    let line = delivery_line(&err, "bus");
+    let left = figure(line, "undelivered");
+    let (decoded1, _, _, _) = accounting(&err);
+    assert!(left > 20, "more than the 20 messages of memory wait: {line}");
+    assert_eq!(figure(line, "delivered") + left, decoded1, "every frame delivered or kept: {line}");
+    assert_eq!(figure(line, "spooled"), left, "the spooled figure counts what was left in the spool at exit: {line}");
+
+    broker.start();
+    let frames2 = 30;
+    std::fs::write(&p, cam(frames2, 50) + &sink("")).unwrap();
+    let o = spawn(&p, dir.path()).wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("replaying {left} message(s) left in the spool")), "{err}");
+
+    // (run, seq) of every frame received, in order.
+    let frames = |g: &Got| -> Vec<(String, u64)> {
+        g.lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _, _)| t == "ids/cam/results")
+            .map(|(_, b, _)| {
+                let v: serde_json::Value = serde_json::from_slice(b).unwrap();
+                let run = v["run"].as_str().unwrap_or_else(|| panic!("a message without its run: {v}")).to_string();
+                (run, v["seq"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let want = decoded1 + frames2;
+    let distinct = |g: &Got| frames(g).into_iter().collect::<std::collections::HashSet<_>>().len() as u64;
+    assert!(
+        wait_for(Duration::from_secs(20), || distinct(&got) >= want),
+        "{} distinct frames of {want}\nmosquitto:\n{}",
+        distinct(&got),
+        broker.log_text()
+    );
+    let all = frames(&got);
+    let run1 = all[0].0.clone();
+    let run2 = all.last().unwrap().0.clone();
+    assert_ne!(run1, run2, "each run has its own id");
+    // The documented rule: keep the set of (run, stream, seq) delivered.
+    let mut seen = std::collections::HashSet::new();
+    let mut kept: Vec<(String, u64)> = all.iter().filter(|id| seen.insert((*id).clone())).cloned().collect();
+    kept.sort_by_key(|(r, s)| (*r != run1, *s));
+    let expected: Vec<(String, u64)> = (0..decoded1).map(|s| (run1.clone(), s)).chain((0..frames2).map(|s| (run2.clone(), s))).collect();
+    assert_eq!(kept, expected, "every frame of both runs, once");
+    // The rule the seq restart broke: the last seq per stream alone.
+    let mut last: Option<u64> = None;
+    let by_stream = all
+        .iter()
+        .filter(|(_, s)| {
+            let new = last.is_none_or(|l| *s > l);
+            if new {
+                last = Some(*s);
+            }
+            new
+        })
+        .count() as u64;
+    assert!(by_stream < want, "the old rule keeps {by_stream} of {want}");
+    eprintln!("run 1: {decoded1} frames, {left} left in the spool; {} results received for {want} frames", all.len());
 }

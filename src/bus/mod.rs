@@ -20,6 +20,7 @@
 //! the idempotent producer's sequence) is started again, and every message
 //! in flight is handed to the new client in order: delivered at least once.
 
+pub mod identity;
 pub mod spool;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -31,14 +32,18 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use hdrhistogram::Histogram;
 
+pub use identity::RunId;
 pub use spool::{Spool, SpoolError};
 
-/// One message for a broker: the JSON body, its topic and key (the stream).
+/// One message for a broker: the JSON body, its topic, key (the stream) and
+/// id ([`identity`]: `RUN/STREAM/SEQ`; kept in the spool with the message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub topic: String,
     pub key: String,
     pub body: Vec<u8>,
+    /// Empty for a message spooled before messages had ids.
+    pub id: String,
 }
 
 /// A bus sink's live delivery counters (shared with the runtime's stats).
@@ -48,7 +53,8 @@ pub struct Delivery {
     pub delivered: AtomicU64,
     /// Messages sent again (after a reconnect, or replayed from the spool).
     pub retried: AtomicU64,
-    /// Messages written to the spool.
+    /// Messages of this run written to the spool (while the broker was
+    /// away, and those still only in memory at exit), each counted once.
     pub spooled: AtomicU64,
     /// Bytes in the spool not yet acknowledged (a gauge).
     pub spool_bytes: AtomicU64,
@@ -496,6 +502,9 @@ impl<T: Transport> Outbox<T> {
         // In flight (memory and replayed spool records) and spooled but not
         // yet sent: all of it, in token order, becomes the new spool.
         let mut left: Vec<(u64, Arc<Message>)> = self.inflight.iter().map(|(t, f)| (*t, f.msg.clone())).collect();
+        // Those only in memory until now are spooled now (the others are in the file already).
+        let on_disk: std::collections::HashSet<u64> = self.from_spool.iter().map(|(t, _)| *t).collect();
+        let newly = left.iter().filter(|(t, _)| !on_disk.contains(t)).count() as u64;
         loop {
             let recs = self.spool.next_batch(4096).map_err(|e| e.to_string())?;
             if recs.is_empty() {
@@ -506,6 +515,7 @@ impl<T: Transport> Outbox<T> {
         left.sort_by_key(|(t, _)| *t);
         left.dedup_by_key(|(t, _)| *t);
         self.spool.rewrite(&left).map_err(|e| e.to_string())?;
+        self.stats.spooled.fetch_add(newly, Ordering::Relaxed);
         self.inflight.clear();
         self.from_spool.clear();
         let n = left.len() as u64;

@@ -4,7 +4,9 @@
 //!
 //! A record is `len: u32 LE`, `crc32: u32 LE` (of the payload), then the
 //! payload: `token: u64 LE`, `topic len: u16 LE`, topic, `key len: u16 LE`,
-//! key, body. A crash can leave a torn last record: opening the spool checks
+//! key, then (when the top bit of the topic length is set) `id len: u16 LE`
+//! and the message's id, then the body. Records written before messages had
+//! ids (top bit clear) read back with an empty id. A crash can leave a torn last record: opening the spool checks
 //! every record's length and CRC and cuts the file back to its last whole
 //! record (the torn one was never acknowledged to anyone). Appends are
 //! fsync'd in batches (every `sync_every` records or `sync_interval`,
@@ -80,16 +82,22 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
     move |source| SpoolError::Io { path: path.display().to_string(), source }
 }
 
+/// The top bit of the topic length: an id follows the key.
+const HAS_ID: u16 = 0x8000;
+
 fn encode(token: u64, m: &Message) -> Vec<u8> {
-    let topic = &m.topic.as_bytes()[..m.topic.len().min(u16::MAX as usize)];
+    let topic = &m.topic.as_bytes()[..m.topic.len().min((HAS_ID - 1) as usize)];
     let key = &m.key.as_bytes()[..m.key.len().min(u16::MAX as usize)];
-    let mut p = Vec::with_capacity(12 + topic.len() + key.len() + m.body.len() + HEADER as usize);
+    let id = &m.id.as_bytes()[..m.id.len().min(u16::MAX as usize)];
+    let mut p = Vec::with_capacity(14 + topic.len() + key.len() + id.len() + m.body.len() + HEADER as usize);
     p.extend_from_slice(&[0; HEADER as usize]);
     p.extend_from_slice(&token.to_le_bytes());
-    p.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+    p.extend_from_slice(&(topic.len() as u16 | HAS_ID).to_le_bytes());
     p.extend_from_slice(topic);
     p.extend_from_slice(&(key.len() as u16).to_le_bytes());
     p.extend_from_slice(key);
+    p.extend_from_slice(&(id.len() as u16).to_le_bytes());
+    p.extend_from_slice(id);
     p.extend_from_slice(&m.body);
     let n = (p.len() as u64 - HEADER) as u32;
     let crc = crc32(&p[HEADER as usize..]);
@@ -100,13 +108,22 @@ fn encode(token: u64, m: &Message) -> Vec<u8> {
 
 fn decode(p: &[u8]) -> Option<(u64, Message)> {
     let token = u64::from_le_bytes(p.get(..8)?.try_into().ok()?);
-    let tl = u16::from_le_bytes(p.get(8..10)?.try_into().ok()?) as usize;
+    let tl = u16::from_le_bytes(p.get(8..10)?.try_into().ok()?);
+    let has_id = tl & HAS_ID != 0;
+    let tl = (tl & !HAS_ID) as usize;
     let topic = std::str::from_utf8(p.get(10..10 + tl)?).ok()?.to_string();
     let k0 = 10 + tl;
     let kl = u16::from_le_bytes(p.get(k0..k0 + 2)?.try_into().ok()?) as usize;
     let key = std::str::from_utf8(p.get(k0 + 2..k0 + 2 + kl)?).ok()?.to_string();
-    let body = p.get(k0 + 2 + kl..)?.to_vec();
-    Some((token, Message { topic, key, body }))
+    let mut b0 = k0 + 2 + kl;
+    let mut id = String::new();
+    if has_id {
+        let il = u16::from_le_bytes(p.get(b0..b0 + 2)?.try_into().ok()?) as usize;
+        id = std::str::from_utf8(p.get(b0 + 2..b0 + 2 + il)?).ok()?.to_string();
+        b0 += 2 + il;
+    }
+    let body = p.get(b0..)?.to_vec();
+    Some((token, Message { topic, key, body, id }))
 }
 
 /// Read the whole record at the reader's position: `None` at the end or at a torn/corrupt record.
@@ -315,7 +332,12 @@ mod tests {
     use super::*;
 
     fn msg(i: u32) -> Message {
-        Message { topic: "t".into(), key: format!("s{}", i % 2), body: format!("{{\"seq\":{i}}}").into_bytes() }
+        Message {
+            topic: "t".into(),
+            key: format!("s{}", i % 2),
+            body: format!("{{\"seq\":{i}}}").into_bytes(),
+            id: format!("r/s{}/{i}", i % 2),
+        }
     }
 
     fn open(p: &Path) -> (Spool, Vec<Record>) {
@@ -342,6 +364,7 @@ mod tests {
         assert_eq!(got, (100..110).collect::<Vec<_>>());
         assert_eq!(pending[3].msg.body, b"{\"seq\":3}");
         assert_eq!(pending[3].msg.key, "s1");
+        assert_eq!(pending[3].msg.id, "r/s1/3", "a message keeps its id in the spool");
         // Acknowledge the first four: a reopen replays the other six.
         let batch = s.next_batch(4).unwrap();
         assert_eq!(batch.iter().map(|r| r.token).collect::<Vec<_>>(), [100, 101, 102, 103]);
@@ -349,6 +372,27 @@ mod tests {
         drop(s);
         let (_, pending) = open(&p);
         assert_eq!(pending.iter().map(|r| r.token).collect::<Vec<_>>(), (104..110).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_record_written_before_messages_had_ids_reads_back_with_none() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.spool");
+        // The earlier layout: token, topic, key, body.
+        let mut payload = 5u64.to_le_bytes().to_vec();
+        payload.extend_from_slice(&1u16.to_le_bytes());
+        payload.extend_from_slice(b"t");
+        payload.extend_from_slice(&2u16.to_le_bytes());
+        payload.extend_from_slice(b"s0");
+        payload.extend_from_slice(b"{}");
+        let mut rec = (payload.len() as u32).to_le_bytes().to_vec();
+        rec.extend_from_slice(&crc32(&payload).to_le_bytes());
+        rec.extend_from_slice(&payload);
+        std::fs::write(&p, &rec).unwrap();
+        let (_, pending) = open(&p);
+        assert_eq!(pending.len(), 1);
+        let m = &pending[0].msg;
+        assert_eq!((pending[0].token, m.topic.as_str(), m.key.as_str(), &m.body[..], m.id.as_str()), (5, "t", "s0", &b"{}"[..], ""));
     }
 
     #[test]

@@ -16,7 +16,7 @@ impl Transport for Recorder {
 }
 
 fn msg(stream: &str, i: u32) -> Message {
-    Message { topic: "t".into(), key: stream.into(), body: i.to_string().into_bytes() }
+    Message { topic: "t".into(), key: stream.into(), body: i.to_string().into_bytes(), id: format!("r/{stream}/{i}") }
 }
 
 fn limits(buffer: usize) -> Limits {
@@ -72,8 +72,11 @@ fn what_is_undelivered_at_close_is_replayed_first_at_the_next_open() {
     let t1 = Instant::now();
     assert!(ob.flush(None).is_err());
     assert!(t1.elapsed() < Duration::from_millis(100));
+    assert_eq!(stats.spooled.load(Ordering::Relaxed), 3, "two in memory, three on disk");
     assert_eq!(ob.close().unwrap(), 4);
     assert_eq!(stats.left_in_spool.load(Ordering::Relaxed), 4);
+    // The one still in memory (token 0) went to the spool at exit: every message left there was spooled, once.
+    assert_eq!(stats.spooled.load(Ordering::Relaxed), 4, "what was left in the spool at exit counts as spooled");
     drop(ob);
 
     let rec = Recorder::default();

@@ -278,6 +278,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     let mut bodies = Vec::new();
     let mut models = ModelIo::new();
     let pool_size = graph.buffers_in_flight();
+    // This run's id, in every message the bus sinks send (docs/messages.md).
+    #[cfg(feature = "bus")]
+    let run = crate::bus::RunId::new();
     let needs_ort = cfg.nodes.iter().any(|n| matches!(n.kind, NodeKind::Infer(_) | NodeKind::Vad(_)));
     let rt = if needs_ort {
         match ort_runtime(cfg, opts) {
@@ -399,9 +402,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             }
             NodeKind::Subtitles(c) => sinks::subtitles::Subtitles::build(cfg, c).map(|s| Body::Sink(Box::new(s))),
             #[cfg(feature = "bus")]
-            NodeKind::Kafka(c) => sinks::kafka::KafkaSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Kafka(c) => sinks::kafka::KafkaSink::build(cfg, node, c, &run).map(|s| Body::Sink(Box::new(s))),
             #[cfg(feature = "bus")]
-            NodeKind::Mqtt(c) => sinks::mqtt::MqttSink::build(cfg, node, c).map(|s| Body::Sink(Box::new(s))),
+            NodeKind::Mqtt(c) => sinks::mqtt::MqttSink::build(cfg, node, c, &run).map(|s| Body::Sink(Box::new(s))),
             #[cfg(not(feature = "bus"))]
             NodeKind::Kafka(_) | NodeKind::Mqtt(_) => Err(crate::features::node_not_compiled(cfg, node, "bus")),
         };

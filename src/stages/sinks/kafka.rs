@@ -1,5 +1,6 @@
-//! `kind = "kafka"`: one message per frame (the ndjson sink's JSON) and per
-//! stream event, in order, keyed by stream, through librdkafka's idempotent
+//! `kind = "kafka"`: one message per frame (the ndjson sink's JSON, with the
+//! run's id) and per stream event, in order, keyed by stream, with the
+//! headers `run` and `id` (`RUN/STREAM/SEQ`), through librdkafka's idempotent
 //! producer (`acks = all`, at most 5 requests in flight: order kept across
 //! retries). librdkafka retries each message until the broker has it
 //! (`message.timeout.ms = 0`); the [`Outbox`] keeps a copy until its delivery
@@ -7,7 +8,8 @@
 //! spools what is still undelivered at exit. A producer that is connected
 //! but gets no acknowledgement for `stall_timeout_ms` (a broker that forgot
 //! its producer ids when it restarted) is made again and sent what is in
-//! flight, in order.
+//! flight, in order. librdkafka's own log lines about connections (what the
+//! spool handles) are logged at INFO, not ERROR.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +17,14 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::bus::{Delivery, Limits, Message, Note, Outbox, Transport};
+use crate::bus::{Delivery, Limits, Message, Note, Outbox, RunId, Transport};
 use crate::config::{Diagnostic, KafkaAcks, KafkaCompression, KafkaSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
 use crate::frame::{Event, Frame};
 use crate::stages::{Sink, StageError};
@@ -45,6 +49,24 @@ impl ClientContext for Reports {
                 let _ = self.notes.send(Note::Down(reason));
             }
             _ => tracing::debug!("librdkafka: {error}: {reason}"),
+        }
+    }
+
+    /// librdkafka's own lines. A broker away, refusing a connection or
+    /// dropping one is what the outbox handles (the messages wait and spool;
+    /// it says so once, as a warning): librdkafka's lines about it, logged at
+    /// its level `Error` on every attempt, are INFO here. A message refused
+    /// for good is an ERROR from the outbox (its delivery report).
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let text = mask_credentials(log_message);
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {text}")
+            }
+            RDKafkaLogLevel::Error | RDKafkaLogLevel::Warning | RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {text}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {text}"),
         }
     }
 
@@ -85,7 +107,15 @@ impl Producer {
 impl Transport for Producer {
     fn submit(&mut self, token: u64, msg: &Arc<Message>) -> Result<(), String> {
         let Some(p) = &self.producer else { return Err("the producer is closed".into()) };
-        let rec = BaseRecord::with_opaque_to(&msg.topic, Box::new(token)).key(msg.key.as_bytes()).payload(&msg.body);
+        let mut rec = BaseRecord::with_opaque_to(&msg.topic, Box::new(token)).key(msg.key.as_bytes()).payload(&msg.body);
+        if !msg.id.is_empty() {
+            let run = crate::bus::identity::run_of(&msg.id);
+            rec = rec.headers(
+                OwnedHeaders::new_with_capacity(2)
+                    .insert(Header { key: "run", value: Some(run) })
+                    .insert(Header { key: "id", value: Some(msg.id.as_str()) }),
+            );
+        }
         p.send(rec).map_err(|(e, _)| format!("producing to {}: {e}", msg.topic))
     }
 
@@ -122,7 +152,26 @@ pub struct KafkaSink {
     brokers: String,
     only_with_results: bool,
     outbox: Outbox<Producer>,
+    run: RunId,
     body: Vec<u8>,
+}
+
+/// The body (into `body`) and id of a frame's message: the frame JSON with `"run"`.
+pub fn frame_message(run: &RunId, frame: &Frame, body: &mut Vec<u8>) -> Result<String, serde_json::Error> {
+    body.clear();
+    serde_json::to_writer(&mut *body, &super::ndjson::FrameLine::of(frame).in_run(run.as_str()))?;
+    Ok(crate::bus::identity::frame_id(run, &frame.stream, frame.seq))
+}
+
+/// The body (into `body`) and id of a stream event's message: the event JSON with `"run"` after `"schema"`.
+pub fn event_message(run: &RunId, event: &Event, body: &mut Vec<u8>) -> Result<String, serde_json::Error> {
+    let mut v = event.to_json();
+    if let serde_json::Value::Object(m) = &mut v {
+        m.shift_insert(1, "run".into(), run.as_str().into());
+    }
+    body.clear();
+    serde_json::to_writer(&mut *body, &v)?;
+    Ok(crate::bus::identity::event_id(run, &event.stream, event.name(), event.at_ms))
 }
 
 /// The librdkafka properties for `c` (secrets included: never printed).
@@ -201,7 +250,7 @@ pub fn client_config(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfi
 impl KafkaSink {
     /// Settings are checked here; the broker is not contacted (a broker down
     /// at start only delays delivery: messages wait and spool).
-    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfig) -> Result<Self, Diagnostic> {
+    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfig, run: &RunId) -> Result<Self, Diagnostic> {
         let cc = client_config(cfg, node, c, c.buffer_messages.max(1))?;
         let (tx, rx) = crossbeam_channel::unbounded();
         let producer = Producer::create(&cc, tx.clone()).map_err(|e| {
@@ -232,6 +281,7 @@ impl KafkaSink {
             brokers: mask_credentials(&cfg.expand(&c.brokers)?).into_owned(),
             only_with_results: c.only_with_results,
             outbox,
+            run: run.clone(),
             body: Vec::with_capacity(4096),
         })
     }
@@ -240,30 +290,34 @@ impl KafkaSink {
         self.topic.replace("{stream}", &super::stream_file_name(stream))
     }
 
-    fn send(&mut self, stream: &str) -> Result<(), String> {
-        let msg = Message { topic: self.topic_for(stream), key: stream.to_string(), body: self.body.clone() };
+    fn send(&mut self, stream: &str, id: String) -> Result<(), String> {
+        let msg = Message { topic: self.topic_for(stream), key: stream.to_string(), body: self.body.clone(), id };
         self.outbox.push(msg)
     }
 }
 
 impl Sink for KafkaSink {
     fn describe(&self) -> String {
-        format!("Kafka to {} topic {} (spool {})", self.brokers, self.topic, crate::config::tidy_path(self.outbox.spool_path()).display())
+        format!(
+            "Kafka to {} topic {} (spool {}, run {})",
+            self.brokers,
+            self.topic,
+            crate::config::tidy_path(self.outbox.spool_path()).display(),
+            self.run
+        )
     }
 
     fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
         if self.only_with_results && !has_results(frame) {
             return Ok(());
         }
-        self.body.clear();
-        serde_json::to_writer(&mut self.body, &super::ndjson::FrameLine::of(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
-        self.send(&frame.stream).map_err(StageError::Fatal)
+        let id = frame_message(&self.run, frame, &mut self.body).map_err(|e| StageError::Frame(e.to_string()))?;
+        self.send(&frame.stream, id).map_err(StageError::Fatal)
     }
 
     fn event(&mut self, event: &Event) -> Result<(), String> {
-        self.body.clear();
-        serde_json::to_writer(&mut self.body, &event.to_json()).map_err(|e| e.to_string())?;
-        self.send(&event.stream)
+        let id = event_message(&self.run, event, &mut self.body).map_err(|e| e.to_string())?;
+        self.send(&event.stream, id)
     }
 
     /// Ok once every message of `stream` has been acknowledged by the broker.

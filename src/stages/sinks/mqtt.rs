@@ -10,6 +10,10 @@
 //! was unacknowledged) sends everything unacknowledged again, in order, once
 //! it is back (with a backoff between attempts). The [`Outbox`] bounds what
 //! waits in memory and spools the rest.
+//!
+//! The client speaks MQTT 3.1.1 (rumqttc's v4 client), which has no user
+//! properties: a message's identity across runs is in its payload (`"run"`,
+//! with `stream` and `seq`; docs/messages.md).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,7 +22,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use rumqttc::{AsyncClient, Event, EventLoop, LastWill, MqttOptions, Outgoing, Packet, QoS, TlsConfiguration};
 
-use crate::bus::{Delivery, Limits, Message, Note, Outbox, Transport};
+use crate::bus::{Delivery, Limits, Message, Note, Outbox, RunId, Transport};
 use crate::config::{Diagnostic, MqttSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
 use crate::frame::{Event as StreamEvent, Frame};
 use crate::stages::{Sink, StageError};
@@ -201,13 +205,14 @@ pub struct MqttSink {
     qos: u8,
     only_with_results: bool,
     outbox: Outbox<Driver>,
+    run: RunId,
     body: Vec<u8>,
 }
 
 impl MqttSink {
     /// Settings are checked here; the broker is contacted by the client's
     /// thread (a broker down at start only delays delivery).
-    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &MqttSinkConfig) -> Result<Self, Diagnostic> {
+    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &MqttSinkConfig, run: &RunId) -> Result<Self, Diagnostic> {
         let broker_text = cfg.expand(&c.broker)?;
         let (host, port, scheme_tls) = crate::bus::parse_mqtt_broker(&broker_text).map_err(|e| {
             cfg.diag(c.broker.span(), format!("sink `{}`: broker `{}`: {e}", node.name, mask_credentials(&broker_text)))
@@ -300,24 +305,26 @@ impl MqttSink {
             qos: c.qos,
             only_with_results: c.only_with_results,
             outbox,
+            run: run.clone(),
             body: Vec::with_capacity(4096),
         })
     }
 
-    fn send(&mut self, stream: &str, what: &str) -> Result<(), String> {
+    fn send(&mut self, stream: &str, what: &str, id: String) -> Result<(), String> {
         let topic = format!("{}/{}/{what}", self.prefix, super::stream_file_name(stream));
-        self.outbox.push(Message { topic, key: stream.to_string(), body: self.body.clone() })
+        self.outbox.push(Message { topic, key: stream.to_string(), body: self.body.clone(), id })
     }
 }
 
 impl Sink for MqttSink {
     fn describe(&self) -> String {
         format!(
-            "MQTT to {} under {}/ at QoS {} (spool {})",
+            "MQTT to {} under {}/ at QoS {} (spool {}, run {})",
             self.broker,
             self.prefix,
             self.qos,
-            crate::config::tidy_path(self.outbox.spool_path()).display()
+            crate::config::tidy_path(self.outbox.spool_path()).display(),
+            self.run
         )
     }
 
@@ -325,15 +332,13 @@ impl Sink for MqttSink {
         if self.only_with_results && !super::kafka::has_results(frame) {
             return Ok(());
         }
-        self.body.clear();
-        serde_json::to_writer(&mut self.body, &super::ndjson::FrameLine::of(frame)).map_err(|e| StageError::Frame(e.to_string()))?;
-        self.send(&frame.stream, "results").map_err(StageError::Fatal)
+        let id = super::kafka::frame_message(&self.run, frame, &mut self.body).map_err(|e| StageError::Frame(e.to_string()))?;
+        self.send(&frame.stream, "results", id).map_err(StageError::Fatal)
     }
 
     fn event(&mut self, event: &StreamEvent) -> Result<(), String> {
-        self.body.clear();
-        serde_json::to_writer(&mut self.body, &event.to_json()).map_err(|e| e.to_string())?;
-        self.send(&event.stream, "events")
+        let id = super::kafka::event_message(&self.run, event, &mut self.body).map_err(|e| e.to_string())?;
+        self.send(&event.stream, "events", id)
     }
 
     /// Ok once every message of `stream` has been acknowledged (PUBACK at QoS 1).

@@ -90,9 +90,11 @@ fn write_whole(f: &mut File, line: &[u8]) -> std::io::Result<()> {
 
 /// The JSON object written for one frame (docs/messages.md), serialised
 /// straight to text: what the `ndjson`, `kafka` and `mqtt` sinks write and
-/// the live results publish; [`frame_json`] is the same as a value.
+/// the live results publish; [`frame_json`] is the same as a value. The bus
+/// sinks add the run's id ([`FrameLine::in_run`]): `"run"` after `"schema"`.
 pub struct FrameLine<'a> {
     frame: &'a Frame,
+    run: Option<&'a str>,
     /// Each stage's results, by stage (a later result of the same stage replaces the earlier, in its place).
     results: Vec<(&'a str, Value)>,
 }
@@ -108,7 +110,13 @@ impl<'a> FrameLine<'a> {
                 }
             }
         }
-        FrameLine { frame, results }
+        FrameLine { frame, run: None, results }
+    }
+
+    /// The same object with `"run": run` (a message's identity across runs is `run`, `stream`, `seq`).
+    pub fn in_run(mut self, run: &'a str) -> Self {
+        self.run = Some(run);
+        self
     }
 }
 
@@ -124,6 +132,9 @@ impl serde::Serialize for FrameLine<'_> {
         let f = self.frame;
         let mut m = ser.serialize_map(None)?;
         m.serialize_entry("schema", &crate::frame::event::SCHEMA_VERSION)?;
+        if let Some(run) = self.run {
+            m.serialize_entry("run", run)?;
+        }
         m.serialize_entry("stream", &*f.stream)?;
         m.serialize_entry("seq", &f.seq)?;
         m.serialize_entry("pts", &f.pts_seconds())?;
@@ -255,6 +266,11 @@ mod tests {
         };
         assert_eq!(frame_json_string(&f), r#"{"schema":1,"stream":"cam \"3\"","seq":41,"pts":4.1,"results":{}}"#);
         assert_eq!(frame_json(&f).to_string(), frame_json_string(&f));
+        // A bus message: the same object with the run's id after `schema`.
+        assert_eq!(
+            serde_json::to_string(&FrameLine::of(&f).in_run("692e3a1f-9c04be12a7d3")).unwrap(),
+            r#"{"schema":1,"run":"692e3a1f-9c04be12a7d3","stream":"cam \"3\"","seq":41,"pts":4.1,"results":{}}"#
+        );
         f.image = Some(Arc::new(Image::rgb24(2, 2, PoolBuf::detached(vec![0; 12]))));
         let (det, text): (Arc<str>, Arc<str>) = ("det".into(), "text".into());
         f.attach(&det, Payload::Objects(vec![Object { bbox: [1.0, 2.5, 3.0, 4.0], score: 0.75, class: 2, label: Some("car".into()) }]));

@@ -1,0 +1,83 @@
+//! The identity of a bus message across runs (docs/messages.md, "Identity
+//! and de-duplication").
+//!
+//! `seq` restarts at 0 with every run, so `(stream, seq)` alone does not tell
+//! a frame of this run from the same-numbered frame of an earlier run whose
+//! messages are replayed from the spool. Every pipeline run therefore gets a
+//! [`RunId`], made when it is built, written into each message (`"run"` in the
+//! JSON, the Kafka headers `run` and `id`); a message keeps it in the spool,
+//! so one replayed by a later run still carries the run that made it.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// A run's id: the start second (hex, so ids sort by start) and 48 random
+/// bits, `692e3a1f-9c04be12a7d3`. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunId(Arc<str>);
+
+impl RunId {
+    /// A new id, from the clock and the operating system's random source.
+    pub fn new() -> Self {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut r = [0u8; 8];
+        if rustls::crypto::ring::default_provider().secure_random.fill(&mut r[2..]).is_err() {
+            // No random source: the process id and the clock's nanoseconds still tell runs apart.
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            r = ((u64::from(std::process::id()) << 32) | u64::from(nanos)).to_be_bytes();
+        }
+        let rand = u64::from_be_bytes(r) & 0xffff_ffff_ffff;
+        RunId(format!("{secs:08x}-{rand:012x}").into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        RunId::new()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The id of a frame's message: `RUN/STREAM/SEQ`.
+pub fn frame_id(run: &RunId, stream: &str, seq: u64) -> String {
+    format!("{run}/{stream}/{seq}")
+}
+
+/// The id of a stream event's message: `RUN/STREAM/EVENT@AT_MS`.
+pub fn event_id(run: &RunId, stream: &str, event: &str, at_ms: u64) -> String {
+    format!("{run}/{stream}/{event}@{at_ms}")
+}
+
+/// The run part of a message id (everything before the first `/`).
+pub fn run_of(id: &str) -> &str {
+    id.split_once('/').map_or(id, |(r, _)| r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_differ_have_one_shape_and_sort_by_start() {
+        let (a, b) = (RunId::new(), RunId::new());
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            let (secs, rand) = id.as_str().split_once('-').unwrap();
+            assert_eq!((secs.len(), rand.len()), (8, 12), "{id}");
+            assert!(id.as_str().chars().all(|c| c == '-' || c.is_ascii_hexdigit()), "{id}");
+        }
+        let id = frame_id(&a, "dir/a.mp4", 7);
+        assert_eq!(id, format!("{a}/dir/a.mp4/7"));
+        assert_eq!(run_of(&id), a.as_str());
+        assert_eq!(event_id(&a, "cam", "lost", 5), format!("{a}/cam/lost@5"));
+    }
+}
