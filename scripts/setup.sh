@@ -9,6 +9,7 @@ scripts/fetch-models.sh
 scripts/fetch-nvrtc.sh
 scripts/make-samples.sh
 scripts/fetch-eval-deps.sh
+scripts/fetch-vision.sh
 scripts/fetch-brokers.sh
 scripts/fetch-deploy-tools.sh
 scripts/fetch-schemathesis.sh
