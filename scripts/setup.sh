@@ -11,6 +11,7 @@ scripts/install-deps.sh
 scripts/fetch-nvrtc.sh
 scripts/make-samples.sh
 scripts/fetch-eval-deps.sh
+scripts/fetch-vision.sh
 scripts/fetch-brokers.sh
 scripts/fetch-deploy-tools.sh
 scripts/fetch-schemathesis.sh
