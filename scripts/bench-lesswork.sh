@@ -33,7 +33,7 @@ grep -v '^motion = ' "$tmp/motion.toml" >"$tmp/ungated.toml"
 fps() { "$BIN" -q bench "$1" --null-sinks --json | jq -r '.fps'; }
 work() {
   "$BIN" -q run "$1" --report "$tmp/r.json" >/dev/null 2>&1
-  jq -r '[.nodes[] | select(.name == "det") | .work[0] | "inferred \(.inferred), predicted \(.predicted), carried \(.carried)"] | .[0]' "$tmp/r.json"
+  jq -r '[.nodes[] | select(.name == "det") | .work[0] | "inferred \(.inferred), predicted \(.predicted), carried \(.carried) (\(.carried_moved) while the boxes moved)"] | .[0]' "$tmp/r.json"
 }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # pair A B: the median fps of A and of B, and the median of the rounds' A / B.

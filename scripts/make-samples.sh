@@ -17,6 +17,7 @@ for clip in speech-eval.wav speech-short.wav; do
   OUTS+=("samples/$clip" "samples/${clip%.*}.truth.json")
 done
 OUTS+=(samples/speech-short.m4a samples/plates.mp4 samples/plates.truth.json samples/still-plates.mp4)
+OUTS+=(samples/entering-plates.mp4 samples/entering-plates.truth.json)
 
 ONLY=""
 if [[ ${1:-} == --demo ]]; then
@@ -350,3 +351,36 @@ cat > samples/plates.truth.json <<'JSON'
 }
 JSON
 log "samples/plates.mp4: 3 moving plates, 120 frames at 15 fps; samples/plates.truth.json"
+
+# Small plates entering the picture and moving a few pixels a frame, for
+# motion gating and reading once per track: 12 s at 15 fps (180 frames),
+# 1280x720, light temporal noise. Plates are 36 px DejaVu Sans Bold, black on
+# light grey (0x9A9A9A on 0x505050: in a 160 px wide grey copy a plate is a
+# few pixels of low contrast); a plate is the text's box plus `pad` px, `h`
+# px high and `w` px wide. "KT 563" drives in from the left at 6 px a frame,
+# "RM 208" from the right at 5 px a frame from t = 1 s, "ZX 941" is parked
+# until t = 6 s and then moves at 5.3 px a frame. The truth is the formulas:
+# the text's left edge at x0 + vx * max(0, t - t0) from t = from, its top at
+# y; the plate spans [x - pad, x - pad + w) x [y - pad, y - pad + h).
+F=/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf
+P="fontfile=$F:fontsize=36:fontcolor=black:box=1:boxcolor=0x9A9A9A:boxborderw=10"
+ffmpeg -nostdin -y -loglevel error -f lavfi -i color=c=0x505050:s=1280x720:r=15:d=12 -vf \
+"drawtext=$P:text='KT 563':x=-200+90*t:y=100,\
+drawtext=$P:text='RM 208':x=1280-75*(t-1):y=330:enable='gte(t,1)',\
+drawtext=$P:text='ZX 941':x=420+80*max(0\,t-6):y=560,\
+noise=alls=4:allf=t:all_seed=7" \
+  -c:v libx264 -pix_fmt yuv420p -g 15 -preset veryfast -threads 1 -fflags +bitexact -flags +bitexact samples/entering-plates.mp4
+cat > samples/entering-plates.truth.json <<'JSON'
+{
+ "width": 1280,
+ "height": 720,
+ "fps": 15,
+ "frames": 180,
+ "plates": [
+  {"text": "KT 563", "x0": -200, "vx": 90, "t0": 0, "from": 0, "y": 100, "pad": 10, "w": 161, "h": 46},
+  {"text": "RM 208", "x0": 1280, "vx": -75, "t0": 1, "from": 1, "y": 330, "pad": 10, "w": 172, "h": 46},
+  {"text": "ZX 941", "x0": 420, "vx": 80, "t0": 6, "from": 0, "y": 560, "pad": 10, "w": 162, "h": 46}
+ ]
+}
+JSON
+log "samples/entering-plates.mp4: 3 small plates entering and moving 5-6 px a frame, 180 frames at 15 fps; samples/entering-plates.truth.json"

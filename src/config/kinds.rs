@@ -904,6 +904,17 @@ pub struct MotionConfig {
     /// How fast the background follows the picture (0–1 per frame).
     #[serde(default = "motion_alpha")]
     pub alpha: f32,
+    /// Side of the square cells the grey copy is cut into, pixels: a small
+    /// object moving is motion when it changes `cell_area` of one cell.
+    #[serde(default = "motion_cell")]
+    pub cell: u32,
+    /// Changed share of one cell (0–1) that counts as motion (0: cells off).
+    #[serde(default = "motion_cell_area")]
+    pub cell_area: f32,
+    /// Most frames carried in a row: the model runs on the next one whatever
+    /// the detector says (0: no limit).
+    #[serde(default = "motion_max_carried")]
+    pub max_carried: u32,
 }
 
 fn no_interval() -> Spanned<u32> {
@@ -923,6 +934,15 @@ fn motion_width() -> u32 {
 }
 fn motion_alpha() -> f32 {
     0.1
+}
+fn motion_cell() -> u32 {
+    8
+}
+fn motion_cell_area() -> f32 {
+    0.1
+}
+fn motion_max_carried() -> u32 {
+    15
 }
 
 /// `io_binding` of an `infer` stage.

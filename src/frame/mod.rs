@@ -204,6 +204,13 @@ pub struct CropBatch {
     pub reused: Vec<(u64, TextBox)>,
     /// `once_per_track`: tracks that ended with this frame (their results are forgotten).
     pub ended: Vec<u64>,
+    /// `once_per_track`: whether each batch entry lay wholly inside the
+    /// picture (same order as `regions`): a reading of a region cut by the
+    /// edge gives way to one of the whole region.
+    pub inside: Vec<bool>,
+    /// `once_per_track`: batch entries cropped again because their track's
+    /// region came wholly inside the picture (counted as `reread`).
+    pub reread: u32,
 }
 
 /// A recognised string and where it is.
@@ -421,6 +428,13 @@ pub enum Payload {
     /// A preprocess left the frame for the inference stage after it to skip
     /// (no tensor made); internal.
     Gated(WorkMode),
+    /// A detection postprocess found, on this inferred frame, boxes that had
+    /// moved since the frames before it that the inference stage `node`
+    /// carried (`frames` of them); internal, counted as `carried_moved`.
+    CarriedMoved {
+        node: Arc<str>,
+        frames: u32,
+    },
     /// The job a frame belongs to (`kafka` source).
     Job(JobTag),
 }
@@ -436,7 +450,7 @@ impl Payload {
     /// The JSON sinks write (`None`: internal data such as tensors).
     pub fn to_json(&self) -> Option<serde_json::Value> {
         match self {
-            Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) | Payload::Gated(_) => None,
+            Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) | Payload::Gated(_) | Payload::CarriedMoved { .. } => None,
             Payload::NotInferred(m) => Some(serde_json::json!({ "inferred": false, "mode": m })),
             Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
             Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
@@ -531,6 +545,42 @@ impl Frame {
                 _ => None,
             })
             .unwrap_or(false)
+    }
+
+    /// The latest inference stage's name and what it did with this frame
+    /// (its outputs, or its not-inferred marker).
+    pub fn latest_work(&self) -> Option<(Arc<str>, WorkMode)> {
+        let i = self.results.iter().rposition(|a| matches!(&*a.payload, Payload::NotInferred(_) | Payload::Outputs(_)))?;
+        let node = &self.results[i].node;
+        // A carried frame has the marker and, after it, the outputs it carries.
+        let mode = self.results[..=i]
+            .iter()
+            .rev()
+            .take_while(|a| &a.node == node)
+            .find_map(|a| match &*a.payload {
+                Payload::NotInferred(m) => Some(*m),
+                _ => None,
+            })
+            .unwrap_or(WorkMode::Inferred);
+        Some((node.clone(), mode))
+    }
+
+    /// The crops stage `node` (an inference stage) ran on: the attachment
+    /// just before its own.
+    pub fn crops_before(&self, node: &str) -> Option<&CropBatch> {
+        match &*self.results.iter().rev().find(|a| &*a.node != node)?.payload {
+            Payload::Crops(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Carried frames of an inference stage whose boxes had moved, found by
+    /// stage `node` on this frame: (inference stage, frames).
+    pub fn carried_moved(&self, node: &str) -> Option<(&Arc<str>, u32)> {
+        self.results.iter().rev().take_while(|a| &*a.node == node).find_map(|a| match &*a.payload {
+            Payload::CarriedMoved { node, frames } => Some((node, *frames)),
+            _ => None,
+        })
     }
 
     /// What inference stage `node` did with this frame, from what it attached:

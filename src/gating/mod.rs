@@ -2,10 +2,14 @@
 //!
 //! Owns the per-stream decision ([`Gate`]): `interval` (one frame in N + 1;
 //! a tracker downstream predicts the rest) and `motion` (a cheap change
-//! detector, [`MotionDetector`]; a still picture keeps the previous results).
+//! detector, [`MotionDetector`]; a still picture keeps the previous results,
+//! for at most `max_carried` frames in a row), and the check of carried
+//! stretches against the boxes found after them ([`carry::CarryCheck`]).
 //! The preprocess before a gated infer stage asks the gate so that skipped
 //! frames are not preprocessed either; the stages after honour the marker a
 //! skipped frame carries (see [`crate::frame::WorkMode`]).
+
+pub mod carry;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +30,8 @@ struct StreamGate {
     since_run: u32,
     /// Frames seen.
     frames: u64,
+    /// Frames carried in a row (`motion`).
+    carried: u32,
     motion: Option<MotionDetector>,
 }
 
@@ -38,8 +44,9 @@ impl Gate {
     }
 
     /// What to do with this frame of `stream`: the model runs on a stream's
-    /// first frame, then (`motion`) only when something moved, and
-    /// (`interval`) on one frame in `interval + 1`.
+    /// first frame, then (`motion`) only when something moved or
+    /// `max_carried` frames were carried in a row, and (`interval`) on one
+    /// frame in `interval + 1`.
     pub fn decide(&mut self, stream: &Arc<str>, image: Option<&Image>) -> WorkMode {
         if self.streams.len() >= 4096 && !self.streams.contains_key(stream) {
             // A `dir` batch makes one stream per file: forget the old ones.
@@ -51,9 +58,15 @@ impl Gate {
         if let (Some(m), Some(img)) = (&self.motion, image) {
             let det = s.motion.get_or_insert_with(|| MotionDetector::new(*m));
             let moved = det.moved(img);
-            if !first && moved == Some(false) {
+            if !first && moved == Some(false) && (m.max_carried == 0 || s.carried < m.max_carried) {
                 s.since_run += 1;
+                s.carried += 1;
                 return WorkMode::Carried;
+            }
+            if std::mem::take(&mut s.carried) > 0 && moved == Some(false) {
+                // `max_carried` reached: the model runs, whatever the interval says.
+                s.since_run = 0;
+                return WorkMode::Inferred;
             }
         }
         if first || s.since_run >= self.interval {
@@ -68,20 +81,37 @@ impl Gate {
 
 /// Frigate-style change detection on a small grey copy of the picture:
 /// downscaled, blurred, compared with a running background; motion when the
-/// share of pixels that differ by more than `threshold` reaches `min_area`.
+/// share of pixels that differ by more than `threshold` reaches `min_area`
+/// over the whole picture, or `cell_area` in one `cell` × `cell` square (a
+/// small object: a plate 200 px wide at 720p is 25 px of a 160 px copy, and
+/// entering the picture or moving 5 px a frame it changes far less than
+/// `min_area` of the whole).
 pub struct MotionDetector {
     cfg: MotionConfig,
     grey: Vec<u8>,
     blurred: Vec<u8>,
     background: Vec<f32>,
+    /// Changed pixels per cell of the last frame.
+    cells: Vec<u32>,
     size: (usize, usize),
     /// Changed share of the last frame (for logs and tests).
     pub last_area: f32,
+    /// Largest changed share of one cell in the last frame (for logs and tests).
+    pub last_cell_area: f32,
 }
 
 impl MotionDetector {
     pub fn new(cfg: MotionConfig) -> Self {
-        MotionDetector { cfg, grey: Vec::new(), blurred: Vec::new(), background: Vec::new(), size: (0, 0), last_area: 0.0 }
+        MotionDetector {
+            cfg,
+            grey: Vec::new(),
+            blurred: Vec::new(),
+            background: Vec::new(),
+            cells: Vec::new(),
+            size: (0, 0),
+            last_area: 0.0,
+            last_cell_area: 0.0,
+        }
     }
 
     /// Whether `img` moved against the background (`None`: the first frame,
@@ -100,16 +130,34 @@ impl MotionDetector {
         }
         let t = self.cfg.threshold as f32;
         let a = self.cfg.alpha.clamp(0.0, 1.0);
+        let cell = (self.cfg.cell as usize).max(1);
+        let cols = w.div_ceil(cell);
+        self.cells.clear();
+        self.cells.resize(cols * h.div_ceil(cell), 0);
         let mut changed = 0usize;
-        for (bg, &v) in self.background.iter_mut().zip(&self.blurred) {
+        for (i, (bg, &v)) in self.background.iter_mut().zip(&self.blurred).enumerate() {
             let v = v as f32;
             if (v - *bg).abs() > t {
                 changed += 1;
+                let (x, y) = (i % w, i / w);
+                self.cells[(y / cell) * cols + x / cell] += 1;
             }
             *bg += a * (v - *bg);
         }
         self.last_area = changed as f32 / (w * h) as f32;
-        Some(self.last_area >= self.cfg.min_area)
+        // Each cell's share of its own pixels (cells at the right and bottom edges are smaller).
+        self.last_cell_area = self
+            .cells
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, &n)| {
+                let (cx, cy) = ((k % cols) * cell, (k / cols) * cell);
+                n as f32 / ((cell.min(w - cx)) * (cell.min(h - cy))) as f32
+            })
+            .fold(0.0, f32::max);
+        let local = self.cfg.cell_area > 0.0 && self.last_cell_area >= self.cfg.cell_area;
+        Some(self.last_area >= self.cfg.min_area || local)
     }
 }
 
@@ -179,7 +227,7 @@ mod tests {
     use crate::frame::Pool;
 
     fn cfg() -> MotionConfig {
-        MotionConfig { threshold: 25, min_area: 0.002, width: 160, alpha: 0.1 }
+        MotionConfig { threshold: 25, min_area: 0.002, width: 160, alpha: 0.1, cell: 8, cell_area: 0.1, max_carried: 15 }
     }
 
     /// A grey 320 x 180 picture with a white square at `x` (none when `None`).
@@ -217,6 +265,20 @@ mod tests {
             }
         }
         assert!(still > 40, "a stopped square becomes background ({still} still frames of 60)");
+    }
+
+    /// `max_carried`: a still picture is carried at most that many frames in a row.
+    #[test]
+    fn still_pictures_are_carried_at_most_max_carried_frames() {
+        let mut g = Gate::of(&infer_cfg("motion = { threshold = 25, min_area = 0.002, max_carried = 3 }")).unwrap();
+        let pool = Pool::new(4);
+        let s: Arc<str> = "s".into();
+        use WorkMode::*;
+        let modes: Vec<WorkMode> = (0..9).map(|_| g.decide(&s, Some(&picture(&pool, None)))).collect();
+        assert_eq!(modes, [Inferred, Carried, Carried, Carried, Inferred, Carried, Carried, Carried, Inferred]);
+        let mut g = Gate::of(&infer_cfg("motion = { max_carried = 0 }")).unwrap();
+        let modes: Vec<WorkMode> = (0..40).map(|_| g.decide(&s, Some(&picture(&pool, None)))).collect();
+        assert!(modes[0] == Inferred && modes[1..].iter().all(|m| *m == Carried), "0: no limit: {modes:?}");
     }
 
     fn infer_cfg(extra: &str) -> InferConfig {

@@ -685,14 +685,20 @@ fn check_gating(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diag
                 }
                 if let Some(m) = &c.motion {
                     let v = m.get_ref();
-                    let in_range = (0.0..=1.0).contains(&v.min_area) && v.alpha > 0.0 && v.alpha <= 1.0 && (8..=4096).contains(&v.width);
+                    let in_range = (0.0..=1.0).contains(&v.min_area)
+                        && v.alpha > 0.0
+                        && v.alpha <= 1.0
+                        && (8..=4096).contains(&v.width)
+                        && (2..=64).contains(&v.cell)
+                        && (0.0..=1.0).contains(&v.cell_area);
                     if !in_range {
                         diags.push(
                             cfg.diag(
                                 m.span(),
                                 format!(
-                                    "infer `{}`: motion min_area {}, alpha {} and width {} out of range (min_area 0–1, alpha over 0 up to 1, width 8–4096)",
-                                    node.name, v.min_area, v.alpha, v.width
+                                    "infer `{}`: motion min_area {}, alpha {}, width {}, cell {} and cell_area {} out of range \
+                                     (min_area 0–1, alpha over 0 up to 1, width 8–4096, cell 2–64, cell_area 0–1)",
+                                    node.name, v.min_area, v.alpha, v.width, v.cell, v.cell_area
                                 ),
                             )
                             .with_help("e.g. motion = { threshold = 25, min_area = 0.002 }"),

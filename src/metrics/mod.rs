@@ -385,6 +385,33 @@ impl Collector for Metrics {
                 })
             }),
         )?;
+        for (name, help, index) in [
+            (
+                "infer_stream_stage_carried_moved_frames",
+                "Frames of one stream an infer stage carried (`motion`) in stretches after which the detected boxes had moved \
+                 (a box's IoU with its carried self under 0.8, or a box appeared or vanished).",
+                crate::runtime::stats::WORK_CARRIED_MOVED,
+            ),
+            (
+                "infer_stream_stage_rereads",
+                "Regions of one stream a `once_per_track` crop sent to this infer stage again because their track came wholly \
+                 inside the picture.",
+                crate::runtime::stats::WORK_REREAD,
+            ),
+        ] {
+            family(
+                &mut enc,
+                name,
+                help,
+                None,
+                MetricType::Counter,
+                work.iter().flat_map(|(s, rows)| {
+                    rows.iter().map(move |(stream, c)| {
+                        ([("pipeline", p), ("node", s.name.as_str()), ("stream", &**stream)], ConstCounter::new(c[index]))
+                    })
+                }),
+            )?;
+        }
         // Ended streams beyond the most recent ones (a long `dir` batch), folded
         // per node so that the series stay few: these plus the per-stream series
         // add up to the node's counts.

@@ -655,6 +655,7 @@ impl Pipeline {
             let errs = source_errors.clone();
             let tb = self.tracer.as_ref().map(|t| t.buffer(i as u32 + 1, &node.name));
             let links = Links {
+                stats: stats.clone(),
                 ends: ends.clone(),
                 sink: sink_index[i].zip(end_rxs[i].take()),
                 inputs: input_log.clone(),
@@ -773,6 +774,9 @@ fn drive_source(
 
 /// What connects a node to the ends of streams.
 struct Links {
+    /// Every node's counts (a detection postprocess counts carried frames
+    /// whose boxes had moved for the infer stage before it).
+    stats: Vec<Arc<NodeStats>>,
     ends: Arc<StreamEnds>,
     /// For a sink: its index among the sinks and where ended streams arrive.
     sink: Option<(usize, Receiver<Arc<str>>)>,
@@ -904,6 +908,14 @@ fn run_node(
                                 && let Some(mode) = frame.work_mode(&name)
                             {
                                 st.worked(&frame.stream, mode);
+                                if let Some(n) = frame.crops_before(&name).map(|c| c.reread).filter(|n| *n > 0) {
+                                    st.add_work(&frame.stream, stats::WORK_REREAD, n as u64);
+                                }
+                            }
+                            if let Some((node, n)) = frame.carried_moved(&name)
+                                && let Some(up) = links.stats.iter().find(|s| *s.name == **node)
+                            {
+                                up.add_work(&frame.stream, stats::WORK_CARRIED_MOVED, n as u64);
                             }
                             st.passed(&frame);
                             out.send(frame);

@@ -90,6 +90,12 @@ pub struct WorkReport {
     pub inferred: u64,
     pub predicted: u64,
     pub carried: u64,
+    /// Of `carried`: frames in stretches after which the boxes had moved
+    /// (`motion`; counted by the detection postprocess after the stage).
+    pub carried_moved: u64,
+    /// Regions a `once_per_track` crop sent again because their track came
+    /// wholly inside the picture.
+    pub reread: u64,
 }
 
 /// Everything a run reports.
@@ -262,11 +268,13 @@ impl RunReport {
                     work: s
                         .work_counts()
                         .into_iter()
-                        .map(|(stream, [inferred, predicted, carried])| WorkReport {
+                        .map(|(stream, [inferred, predicted, carried, carried_moved, reread])| WorkReport {
                             stream: stream.to_string(),
                             inferred,
                             predicted,
                             carried,
+                            carried_moved,
+                            reread,
                         })
                         .collect(),
                     delivery: s.delivery.get().map(|d| d.report()),
@@ -394,7 +402,7 @@ impl RunReport {
             let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
         }
         for n in &self.nodes {
-            for w in n.work.iter().filter(|w| w.predicted + w.carried > 0) {
+            for w in n.work.iter().filter(|w| w.predicted + w.carried + w.reread > 0) {
                 let _ = writeln!(
                     s,
                     "{}: stream `{}`: model ran on {} of {} frames ({} predicted by the tracker, {} carried forward)",
@@ -405,6 +413,13 @@ impl RunReport {
                     w.predicted,
                     w.carried
                 );
+                if w.carried_moved > 0 {
+                    let _ = writeln!(s, "{}: stream `{}`: {} carried frames while the boxes moved", n.name, w.stream, w.carried_moved);
+                }
+                if w.reread > 0 {
+                    let _ =
+                        writeln!(s, "{}: stream `{}`: {} regions read again once wholly inside the picture", n.name, w.stream, w.reread);
+                }
             }
         }
         for n in self.nodes.iter().filter(|n| n.role == "sink" && (n.stream_lost > 0 || n.undelivered > 0)) {

@@ -22,8 +22,15 @@ pub enum StreamEvent {
 /// Per-stream counts in one node: in, out, dropped, failed.
 pub type StreamCounts = Vec<(Arc<str>, [u64; 4])>;
 
-/// Per-stream counts in one infer stage: inferred, predicted, carried.
-pub type WorkCounts = Vec<(Arc<str>, [u64; 3])>;
+/// Per-stream counts in one infer stage: inferred, predicted, carried (the
+/// [`crate::frame::WorkMode`] order), then carried while the boxes moved
+/// ([`WORK_CARRIED_MOVED`]) and regions read again once wholly inside ([`WORK_REREAD`]).
+pub type WorkCounts = Vec<(Arc<str>, [u64; 5])>;
+
+/// Index in a [`WorkCounts`] row: frames carried in stretches after which the boxes had moved.
+pub const WORK_CARRIED_MOVED: usize = 3;
+/// Index in a [`WorkCounts`] row: regions cropped again because their track came wholly inside the picture.
+pub const WORK_REREAD: usize = 4;
 
 /// Ended streams still listed one by one (the most recent ones); older ended
 /// streams are folded into [`FoldedStreams`]. A `dir` batch makes one stream
@@ -149,9 +156,8 @@ pub struct NodeStats {
     pub counts: Mutex<std::collections::BTreeMap<CountKey, u64>>,
     /// Stages: tracks that ended (`track_ended` events it raised).
     pub tracks_ended: AtomicU64,
-    /// Infer stages: frames per stream by what the model did (inferred,
-    /// predicted, carried: [`crate::frame::WorkMode`] order).
-    pub work: Mutex<HashMap<Arc<str>, [u64; 3]>>,
+    /// Infer stages: frames per stream by what the model did (a [`WorkCounts`] row).
+    pub work: Mutex<HashMap<Arc<str>, [u64; 5]>>,
     /// Time spent on each frame, µs.
     pub service: Mutex<Histogram<u64>>,
     /// Source to this sink, µs (sinks only).
@@ -304,9 +310,14 @@ impl NodeStats {
     /// An infer stage ran its model on a frame of `stream`, or skipped it.
     /// Streams beyond [`Self::WORK_STREAMS`] (a long `dir` batch) are summed under `*`.
     pub fn worked(&self, stream: &Arc<str>, mode: crate::frame::WorkMode) {
+        self.add_work(stream, mode as usize, 1);
+    }
+
+    /// Add `n` to count `index` of a [`WorkCounts`] row of `stream`.
+    pub fn add_work(&self, stream: &Arc<str>, index: usize, n: u64) {
         let mut w = self.work.lock().unwrap_or_else(|e| e.into_inner());
         let key = if w.len() >= Self::WORK_STREAMS && !w.contains_key(stream) { Arc::from("*") } else { stream.clone() };
-        w.entry(key).or_default()[mode as usize] += 1;
+        w.entry(key).or_default()[index] += n;
     }
 
     pub const WORK_STREAMS: usize = 1024;

@@ -89,8 +89,35 @@ fn bilinear(img: &[u8], w: usize, h: usize, x: f64, y: f64, out: &mut [f32; 3]) 
     }
 }
 
-/// When a track's region was last cropped: frame, seconds, at the picture's edge.
+/// When a track's region was last cropped (frame, seconds), and whether it
+/// was ever cropped wholly inside the picture.
 type LastCrop = (u64, Option<f64>, bool);
+
+/// Whether a region lies wholly inside a `w` x `h` picture: at least its
+/// short side (4 px at least) from every edge. A text detector's box of an
+/// object cut by the edge ends where the readable part does, often a glyph
+/// or more from the edge itself (a plate half in the picture reads "563"
+/// some pixels in), so a box nearer than that may hold part of the text.
+pub fn wholly_inside(bbox: [f32; 4], w: f32, h: f32) -> bool {
+    let [x0, y0, x1, y1] = bbox;
+    let m = (x1 - x0).min(y1 - y0).max(4.0);
+    x0 >= m && y0 >= m && x1 <= w - m && y1 <= h - m
+}
+
+/// What `once_per_track` makes of a frame's regions.
+#[derive(Default)]
+struct PerTrack {
+    /// Regions to crop, their track ids, and whether each lies wholly inside the picture.
+    crop: Vec<TextBox>,
+    ids: Vec<Option<u64>>,
+    inside: Vec<bool>,
+    /// Regions whose track's result is reused, with the track id.
+    reused: Vec<(u64, TextBox)>,
+    /// Tracks that ended with this frame.
+    ended: Vec<u64>,
+    /// Regions cropped again because their track came wholly inside.
+    reread: u32,
+}
 
 pub struct Crop {
     name: Arc<str>,
@@ -102,7 +129,7 @@ pub struct Crop {
     full: Vec<u8>,
     pool: Pool<f32>,
     /// `once_per_track`: when each track's region was last cropped (frame,
-    /// seconds), and whether it touched the picture's edge then.
+    /// seconds), and whether it was ever cropped wholly inside the picture.
     cropped: std::collections::HashMap<(Arc<str>, u64), LastCrop>,
 }
 
@@ -122,25 +149,25 @@ impl Crop {
 
     /// `once_per_track`: split `regions` into those to crop (with their track
     /// ids) and those whose track's result is reused; regions of tracks not
-    /// yet confirmed wait for their id; a region cut off by the picture's
-    /// edge when it was cropped is cropped again once it is wholly inside
-    /// (an object driving in is read when all of it is seen). Returns (to crop, their ids, reused,
-    /// ended track ids).
-    #[allow(clippy::type_complexity)]
-    fn per_track(&mut self, frame: &Frame, regions: Vec<TextBox>) -> (Vec<TextBox>, Vec<Option<u64>>, Vec<(u64, TextBox)>, Vec<u64>) {
+    /// yet confirmed wait for their id. A track's region is cropped the first
+    /// time it is seen, again the first time it lies wholly inside the
+    /// picture (an object driving in is read when all of it is seen; counted
+    /// as a re-read), and on refresh (`refresh_frames`, `refresh_ms`) unless
+    /// it is cut by the edge after a reading of all of it.
+    fn per_track(&mut self, frame: &Frame, regions: Vec<TextBox>) -> PerTrack {
+        let mut out = PerTrack::default();
         let tracks = frame.results.iter().rev().find_map(|a| match &*a.payload {
             Payload::Tracks(t) => Some(t),
             _ => None,
         });
-        let Some(tracks) = tracks else { return (Vec::new(), Vec::new(), Vec::new(), Vec::new()) };
-        let ended: Vec<u64> = tracks.ended.iter().map(|e| e.track_id).collect();
-        for id in &ended {
+        let Some(tracks) = tracks else { return out };
+        out.ended = tracks.ended.iter().map(|e| e.track_id).collect();
+        for id in &out.ended {
             self.cropped.remove(&(frame.stream.clone(), *id));
         }
         if self.cropped.len() >= 65_536 {
             self.cropped.clear();
         }
-        let (mut crop, mut ids, mut reused) = (Vec::new(), Vec::new(), Vec::new());
         if frame.predicted() {
             // No detections this frame (`interval`): the tracks' predicted boxes, results reused.
             for t in tracks.tracks.iter().filter(|t| t.state != crate::track::TrackState::Lost) {
@@ -148,10 +175,10 @@ impl Crop {
                     && self.cropped.contains_key(&(frame.stream.clone(), id))
                 {
                     let [x0, y0, x1, y1] = t.smoothed;
-                    reused.push((id, TextBox { bbox: t.smoothed, quad: [[x0, y0], [x1, y0], [x1, y1], [x0, y1]], score: t.score }));
+                    out.reused.push((id, TextBox { bbox: t.smoothed, quad: [[x0, y0], [x1, y0], [x1, y1], [x0, y1]], score: t.score }));
                 }
             }
-            return (crop, ids, reused, ended);
+            return out;
         }
         let (seq_now, secs_now) = (frame.seq, frame.pts_seconds());
         let (every, every_s) = (self.cfg.refresh_frames, self.cfg.refresh_ms as f64 / 1e3);
@@ -159,25 +186,28 @@ impl Crop {
         for r in regions {
             let Some(id) = tracks.tracks.iter().find(|t| t.bbox == Some(r.bbox)).and_then(|t| t.track_id) else { continue };
             let key = (frame.stream.clone(), id);
-            let [x0, y0, x1, y1] = r.bbox;
-            let at_edge = x0 <= 2.0 || y0 <= 2.0 || x1 >= w - 2.0 || y1 >= h - 2.0;
-            let due = match self.cropped.get(&key) {
-                None => true,
-                Some(&(seq, secs, was_at_edge)) => {
-                    (was_at_edge && !at_edge)
-                        || (every > 0 && seq_now.saturating_sub(seq) >= every)
-                        || (every_s > 0.0 && matches!((secs_now, secs), (Some(a), Some(b)) if a - b >= every_s))
+            let inside = wholly_inside(r.bbox, w, h);
+            let (due, reread) = match self.cropped.get(&key) {
+                None => (true, false),
+                Some(&(seq, secs, inside_read)) => {
+                    let refresh = (every > 0 && seq_now.saturating_sub(seq) >= every)
+                        || (every_s > 0.0 && matches!((secs_now, secs), (Some(a), Some(b)) if a - b >= every_s));
+                    let first_inside = inside && !inside_read;
+                    (first_inside || (refresh && (inside || !inside_read)), first_inside)
                 }
             };
             if due {
-                self.cropped.insert(key, (seq_now, secs_now, at_edge));
-                crop.push(r);
-                ids.push(Some(id));
+                let inside_read = inside || self.cropped.get(&key).is_some_and(|c| c.2);
+                self.cropped.insert(key, (seq_now, secs_now, inside_read));
+                out.reread += reread as u32;
+                out.crop.push(r);
+                out.ids.push(Some(id));
+                out.inside.push(inside);
             } else {
-                reused.push((id, r));
+                out.reused.push((id, r));
             }
         }
-        (crop, ids, reused, ended)
+        out
     }
 
     /// Crop, rectify and normalise `regions` out of a packed image into one batch.
@@ -245,11 +275,12 @@ impl Stage for Crop {
                 }
             }
         }
-        let (regions, track_ids, reused, ended) = if *self.cfg.once_per_track.get_ref() {
+        let PerTrack { crop: regions, ids: track_ids, inside, reused, ended, reread } = if *self.cfg.once_per_track.get_ref() {
             self.per_track(frame, regions)
         } else {
-            let n = regions.len();
-            (regions, vec![None; n], Vec::new(), Vec::new())
+            let (w, h) = frame.image.as_ref().map_or((f32::MAX, f32::MAX), |i| (i.width as f32, i.height as f32));
+            let inside = regions.iter().map(|r| wholly_inside(r.bbox, w, h)).collect();
+            PerTrack { ids: vec![None; regions.len()], crop: regions, inside, ..Default::default() }
         };
         let img = frame.image.clone().ok_or_else(|| StageError::Frame("frame has no image".into()))?;
         let fmt = match self.cfg.color {
@@ -270,7 +301,10 @@ impl Stage for Crop {
             self.full = full;
             (shape, data)
         };
-        frame.attach(&self.name, Payload::Crops(CropBatch { tensor: Tensor { shape, data }, regions, track_ids, reused, ended }));
+        frame.attach(
+            &self.name,
+            Payload::Crops(CropBatch { tensor: Tensor { shape, data }, regions, track_ids, reused, ended, inside, reread }),
+        );
         Ok(())
     }
 }
@@ -298,6 +332,19 @@ mod tests {
         assert_eq!(q[0], [10.0, 0.0]);
         let wide = [[0.0, 0.0], [40.0, 0.0], [40.0, 10.0], [0.0, 10.0]];
         assert_eq!(oriented(&wide, 1.5).0, wide);
+    }
+
+    /// A box is wholly inside at its short side from every edge: the
+    /// detector's box of a plate cut at x = 0 starts a glyph or so inside.
+    #[test]
+    fn wholly_inside_keeps_a_short_side_from_the_edges() {
+        let (w, h) = (1280.0, 720.0);
+        assert!(wholly_inside([100.0, 100.0, 300.0, 140.0], w, h));
+        assert!(!wholly_inside([1.0, 100.0, 120.0, 140.0], w, h), "at the left edge");
+        assert!(!wholly_inside([25.0, 100.0, 200.0, 140.0], w, h), "a glyph from the left edge: may be cut");
+        assert!(!wholly_inside([1100.0, 100.0, 1250.0, 140.0], w, h), "near the right edge");
+        assert!(!wholly_inside([100.0, 690.0, 300.0, 719.0], w, h), "at the bottom");
+        assert!(wholly_inside([40.0, 100.0, 200.0, 140.0], w, h), "its height from the edge");
     }
 
     fn cfg() -> CropConfig {

@@ -63,8 +63,13 @@ pub struct TextRecognition {
     name: Arc<str>,
     cfg: TextRecognitionConfig,
     charset: Charset,
-    /// `once_per_track` crops upstream: each track's latest text, per stream.
-    by_track: std::collections::HashMap<(Arc<str>, u64), (String, f32)>,
+    /// `once_per_track` crops upstream: each track's best reading, per
+    /// stream: text, score, and whether the region lay wholly inside the
+    /// picture. Such a reading beats any of the region cut by the edge, and
+    /// among them the higher score wins; while the region has only been seen
+    /// cut, the latest reading (an object driving in shows more of itself
+    /// every frame).
+    by_track: std::collections::HashMap<(Arc<str>, u64), (String, f32, bool)>,
 }
 
 impl TextRecognition {
@@ -102,21 +107,30 @@ impl Stage for TextRecognition {
             for (i, r) in regions.iter().enumerate() {
                 let (text, score) = decode(&t.data[i * steps * classes..(i + 1) * steps * classes], steps, classes, &self.charset);
                 let track_id = crops.track_ids.get(i).copied().flatten();
+                let (mut text, mut score, mut reused) = (text, score, false);
                 if let Some(id) = track_id {
                     if self.by_track.len() >= 65_536 {
                         // Tracks of streams that ended without ending their tracks: start afresh.
                         self.by_track.clear();
                     }
-                    self.by_track.insert((frame.stream.clone(), id), (text.clone(), score));
+                    let inside = crops.inside.get(i).copied().unwrap_or(true);
+                    let best = self.by_track.entry((frame.stream.clone(), id)).or_insert_with(|| (text.clone(), score, inside));
+                    if (inside && (!best.2 || score > best.1)) || (!inside && !best.2) {
+                        *best = (text.clone(), score, inside);
+                    }
+                    // The track's best reading, which may be an earlier one.
+                    if best.0 != text || best.1 != score {
+                        (text, score, reused) = (best.0.clone(), best.1, true);
+                    }
                 }
                 if !text.is_empty() && score >= self.cfg.min_score {
-                    lines.push(TextLine { text, score, bbox: r.bbox, quad: r.quad, track_id, reused: false });
+                    lines.push(TextLine { text, score, bbox: r.bbox, quad: r.quad, track_id, reused });
                 }
             }
         }
         // Regions whose track was recognised before: its text, at this frame's box.
         for (id, r) in &crops.reused {
-            if let Some((text, score)) = self.by_track.get(&(frame.stream.clone(), *id))
+            if let Some((text, score, _)) = self.by_track.get(&(frame.stream.clone(), *id))
                 && !text.is_empty()
                 && *score >= self.cfg.min_score
             {

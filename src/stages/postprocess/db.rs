@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::geometry::{Pt, convex_hull, in_convex, min_area_rect};
 use crate::config::TextDetectionConfig;
 use crate::frame::{Frame, Letterbox, Payload, TextBox};
+use crate::gating::carry::CarryCheck;
 use crate::stages::{Stage, StageError};
 
 /// Reusable scratch space so steady-state frames do not allocate maps.
@@ -125,11 +126,13 @@ pub struct TextDetection {
     name: Arc<str>,
     cfg: TextDetectionConfig,
     scratch: DbScratch,
+    /// `motion` upstream: carried stretches whose boxes had moved.
+    carry: CarryCheck,
 }
 
 impl TextDetection {
     pub fn new(name: Arc<str>, cfg: TextDetectionConfig) -> Self {
-        TextDetection { name, cfg, scratch: DbScratch::default() }
+        TextDetection { name, cfg, scratch: DbScratch::default(), carry: CarryCheck::default() }
     }
 }
 
@@ -158,6 +161,10 @@ impl Stage for TextDetection {
             .letterbox
             .ok_or_else(|| StageError::Frame("model outputs carry no letterbox (the model ran on crops, not on the frame)".into()))?;
         let boxes = detect(&t.data, w, h, &self.cfg, &lb, &mut self.scratch);
+        let found: Vec<[f32; 4]> = boxes.iter().map(|b| b.bbox).collect();
+        if let Some((node, frames)) = self.carry.check(frame, &found) {
+            frame.attach(&self.name, Payload::CarriedMoved { node, frames });
+        }
         frame.attach(&self.name, Payload::TextBoxes(boxes));
         Ok(())
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::nms::{Detection, nms};
 use crate::config::{DetectionConfig, YoloFormat};
 use crate::frame::{Frame, Letterbox, Object, Payload};
+use crate::gating::carry::CarryCheck;
 use crate::stages::{Stage, StageError};
 
 /// Which layout a `[B, a, b]` output has.
@@ -86,11 +87,13 @@ pub struct Yolo {
     name: Arc<str>,
     cfg: DetectionConfig,
     labels: Vec<Arc<str>>,
+    /// `motion` upstream: carried stretches whose boxes had moved.
+    carry: CarryCheck,
 }
 
 impl Yolo {
     pub fn new(name: Arc<str>, cfg: DetectionConfig, labels: Vec<String>) -> Self {
-        Yolo { name, cfg, labels: labels.into_iter().map(Arc::from).collect() }
+        Yolo { name, cfg, labels: labels.into_iter().map(Arc::from).collect(), carry: CarryCheck::default() }
     }
 
     /// Objects in source pixels for one image's output.
@@ -145,6 +148,10 @@ impl Stage for Yolo {
         let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
         let lb = out.letterbox.ok_or_else(|| StageError::Frame("model outputs carry no letterbox (the model ran on crops)".into()))?;
         let objects = self.objects(&t.data, &t.shape, &lb).map_err(StageError::Frame)?;
+        let found: Vec<[f32; 4]> = objects.iter().map(|o| o.bbox).collect();
+        if let Some((node, frames)) = self.carry.check(frame, &found) {
+            frame.attach(&self.name, Payload::CarriedMoved { node, frames });
+        }
         frame.attach(&self.name, Payload::Objects(objects));
         Ok(())
     }
