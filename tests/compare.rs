@@ -195,3 +195,80 @@ fn a_sweep_of_an_unknown_node_or_key_is_a_clear_error() {
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("det.batchh = 1") && e.contains("batchh"), "{e}");
 }
+
+/// Two pipelines that read different inputs cannot agree: `compare` refuses
+/// them (exit 2, naming what each reads) before anything runs, unless
+/// `--inputs-differ` is given; then it compares and the report says so. The
+/// `--help` example compares two pipelines on the same clip.
+#[test]
+fn pipelines_that_read_different_inputs_are_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let small = ["pipelines/text-detection.toml", "pipelines/text-detection-small.toml"];
+    let bounded = ["--frames", "3", "--warmup", "1", "--rounds", "1"];
+    let o = run_in(out.path(), &[&["compare"][..], &small, &bounded].concat());
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("error: A and B read different inputs"), "{e}");
+    assert!(e.contains("`cam` = file ../samples/text-720p.mp4") && e.contains("`cam` = file ../samples/eval-720p.mp4"), "{e}");
+    assert!(e.contains("--inputs-differ") && !e.contains("round 1"), "nothing ran: {e}");
+
+    // Anyway, when asked: quietly (-q: no round lines), and said in the report.
+    let o = run_in(out.path(), &[&["-q", "compare"][..], &small, &bounded, &["--inputs-differ"]].concat());
+    let (text, e) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{text}\n{e}");
+    assert!(text.contains("inputs: A and B read different inputs (--inputs-differ)"), "{text}");
+    assert!(!e.contains("round "), "-q prints no round lines: {e}");
+    let o = run_in(out.path(), &[&["-q", "compare"][..], &small, &bounded, &["--inputs-differ", "--json"]].concat());
+    let v = json(&o);
+    validate_schema("compare-schema.json", &v);
+    assert_eq!(v["inputs_differ"], true);
+
+    // The same clip named two ways (relative, absolute) is the same input.
+    let text = std::fs::read_to_string(root().join("pipelines/text-detection-small.toml")).unwrap();
+    let abs = out.path().join("small.toml");
+    std::fs::write(
+        &abs,
+        text.replace("../samples/", &format!("{}/samples/", root().display()))
+            .replace("../models/", &format!("{}/models/", root().display())),
+    )
+    .unwrap();
+    let o = run_in(
+        out.path(),
+        &[
+            "-q",
+            "compare",
+            "pipelines/text-detection-bench.toml",
+            abs.to_str().unwrap(),
+            "--frames",
+            "3",
+            "--warmup",
+            "1",
+            "--rounds",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json(&o)["inputs_differ"], false);
+
+    // The example in `--help` passes the check.
+    let help = String::from_utf8_lossy(&bin().arg("--help").output().unwrap().stdout).into_owned();
+    let example = help.lines().find(|l| l.trim_start().starts_with("infer-stream compare ")).expect("a compare example in --help");
+    let words: Vec<&str> = example.split_whitespace().skip(1).collect();
+    let o = run_in(out.path(), &[&["-q"][..], &words, &bounded].concat());
+    assert!(matches!(o.status.code(), Some(0 | 5)), "{example}: {}", stderr(&o));
+}
+
+/// `-q` leaves out the sweep's progress lines (the report is still printed).
+#[test]
+fn a_quiet_sweep_prints_no_round_lines() {
+    let out = tempfile::tempdir().unwrap();
+    let o = run_in(
+        out.path(),
+        &["-q", "bench", "pipelines/capacity.toml", "--sweep", "det.intra_threads=1", "--frames", "3", "--warmup", "1", "--rounds", "1"],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(!e.contains("round 1"), "{e}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("det.intra_threads=1"), "the report is still printed");
+}

@@ -650,3 +650,79 @@ fn run_batch(dir: &Path, input: &Path, parallel: usize) -> (std::process::Output
     let err = stderr(&o);
     (o, report, err)
 }
+
+/// Frames of `path` FFmpeg itself decodes (`ffprobe -count_frames`).
+fn ffprobe_frames(path: &Path) -> u64 {
+    let o = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.trim().parse().unwrap_or_else(|e| panic!("ffprobe {}: {e}: {text}", path.display()))
+}
+
+/// Corrupt data at the end of a file (bytes overwritten up to its last one,
+/// the file its full length) is corrupt data, not a cut, whatever the
+/// container: with FFmpeg as the reference, every frame the clip has is
+/// either processed or counted as skipped, never more processed than FFmpeg
+/// decodes, at least the frames FFmpeg cannot decode counted, and the tail is a
+/// stretch of its own in the summary and `decode_errors`; the run succeeds.
+#[test]
+fn corrupt_data_at_the_end_of_a_file_is_counted() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    // MPEG-TS has no index nor a duration of its own (it is read from its
+    // last timestamps), so the frames a garbage tail replaced are not known there.
+    for ext in ["mkv", "mp4"] {
+        // 300 frames at 10 fps, a keyframe every 30, no B-frames.
+        let clean = dir.path().join(format!("clean.{ext}"));
+        let st = Command::new("ffmpeg")
+            .args(["-nostdin", "-y", "-loglevel", "error", "-i"])
+            .arg(root().join("samples/eval-720p.mp4"))
+            .args(["-c:v", "libx264", "-threads", "1", "-g", "30", "-bf", "0"])
+            // mp4: the index first, so that the damage is in the frames alone.
+            .args(if ext == "mp4" { &["-movflags", "+faststart"][..] } else { &[] })
+            .arg(&clean)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let total = ffprobe_frames(&clean);
+        // Three stretches overwritten in the middle, and the last 15% of the file.
+        let mut bytes = std::fs::read(&clean).unwrap();
+        let n = bytes.len();
+        for frac in [0.3, 0.5, 0.7] {
+            let at = (n as f64 * frac) as usize;
+            for (i, b) in bytes[at..at + 400].iter_mut().enumerate() {
+                *b = ((i * 37 + 11) % 256) as u8;
+            }
+        }
+        let tail = (n as f64 * 0.85) as usize;
+        for (i, b) in bytes[tail..].iter_mut().enumerate() {
+            *b = ((i * 37 + 11) % 256) as u8;
+        }
+        let corrupt = dir.path().join(format!("corrupt.{ext}"));
+        std::fs::write(&corrupt, &bytes).unwrap();
+        let by_ffmpeg = ffprobe_frames(&corrupt);
+        let ffmpeg_errors =
+            Command::new("ffmpeg").args(["-nostdin", "-v", "error", "-i"]).arg(&corrupt).args(["-f", "null", "-"]).output().unwrap();
+        assert!(!ffmpeg_errors.stderr.is_empty(), "{ext}: FFmpeg finds the damage");
+        assert!(by_ffmpeg < total, "{ext}: FFmpeg decodes {by_ffmpeg} of {total} frames");
+
+        let case = Case { name: format!("tail-{ext}"), input: Input::File(corrupt.clone()) };
+        let row = run_case(dir.path(), &case);
+        let err = std::fs::read_to_string(dir.path().join(format!("tail-{ext}.out/stderr"))).unwrap();
+        assert_eq!(row.code, Some(0), "{ext}: corrupt data, not a cut:\n{err}");
+        assert_eq!(row.outcome, Outcome::Completed, "{ext}: {}", row.note);
+        assert!(!err.contains("truncated"), "{ext}:\n{err}");
+        assert_eq!(row.decoded + row.decode_errors, total, "{ext}: every frame processed or counted:\n{err}");
+        assert!(row.decoded <= by_ffmpeg, "{ext}: {} processed, FFmpeg decodes {by_ffmpeg}", row.decoded);
+        assert!(row.decode_errors >= total - by_ffmpeg, "{ext}: {} counted, FFmpeg cannot decode {}", row.decode_errors, total - by_ffmpeg);
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(format!("tail-{ext}.out/report.json"))).unwrap()).unwrap();
+        let stretches = r["nodes"][0]["corrupt_bursts"].as_u64().unwrap();
+        assert_eq!(stretches, 4, "{ext}: three stretches in the middle, one at the end:\n{err}");
+        assert!(err.contains(&format!("cam: {} frame(s) skipped for corrupt data in 4 stretch(es)", row.decode_errors)), "{ext}:\n{err}");
+        assert!(err.contains("skipped, no keyframe before the end"), "{ext}: the tail's stretch is said:\n{err}");
+    }
+}

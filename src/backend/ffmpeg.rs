@@ -369,6 +369,12 @@ pub struct VideoDecoder {
     /// timestamps among them (stream time base): how far the input got.
     packets: u64,
     packet_span: Option<(i64, i64)>,
+    /// Frames given out (see [`VideoDecoder::end_of_input`]).
+    given: u64,
+    /// Where the packets read so far end in the input (bytes, any stream),
+    /// and the largest of them: what a cut could have left half-read.
+    data_end: i64,
+    largest_packet: usize,
     pub info: StreamInfo,
     /// Reading ended because the interrupt asked it to (the pipeline is stopping).
     interrupted: bool,
@@ -517,6 +523,9 @@ impl VideoDecoder {
             truncated: None,
             packets: 0,
             packet_span: None,
+            given: 0,
+            data_end: 0,
+            largest_packet: 0,
             info,
             interrupted: false,
             _stdin: stdin,
@@ -542,6 +551,7 @@ impl VideoDecoder {
                         }
                         self.end_burst(pts);
                     }
+                    self.given += 1;
                     return Ok(Some(&self.frame));
                 }
                 Err(ff::Error::Eof) => {
@@ -567,18 +577,50 @@ impl VideoDecoder {
     /// The decoder has given its last frame: tell a cut input from one that
     /// ended where its container says, and close the open stretch of corrupt
     /// data (at a cut, its frames are the cut's, not corrupt data).
+    ///
+    /// Corrupt data at the end of an input is not a cut: when the bytes the
+    /// demuxer could not read past its last packet outweigh any packet (a cut
+    /// leaves at most part of one), or a stretch of corrupt data is still open,
+    /// the frames the container promises but that never came are that
+    /// stretch's, counted as corrupt data like any other.
     fn end_of_input(&mut self) {
         if self.truncated.is_none() && !self.interrupted {
-            self.truncated = self.truncation();
+            let unread = self.unread_tail();
+            self.truncated = self.truncation().filter(|_| unread.is_none());
             if let Some(t) = self.truncated.as_mut()
                 && let Some(b) = self.burst.take()
             {
                 t.lost_at_cut = b.frames;
                 self.skipped_frames -= b.frames;
                 tracing::debug!(path = %self.path, frames = b.frames, "incomplete frames at the cut");
+            } else if self.truncated.is_none() && (self.burst.is_some() || unread.is_some()) {
+                let accounted = self.given + self.skipped_frames;
+                let missing = self.info.frames.map_or(0, |n| n.saturating_sub(accounted));
+                if let Some(bytes) = unread {
+                    tracing::debug!(path = %self.path, bytes, missing, "corrupt data at the end of the input");
+                }
+                if missing > 0 {
+                    let from = self.burst.map_or(self.packet_span.map(|(_, last)| last), |b| b.from);
+                    let b = self.burst.get_or_insert(Burst { from, frames: 0 });
+                    b.frames += missing;
+                    self.skipped_frames += missing;
+                }
             }
         }
         self.end_burst(None);
+    }
+
+    /// Bytes of the input after the end of its last packet, when more than a
+    /// cut leaves (part of one packet and its container header): data the
+    /// demuxer could not read. `None` for inputs of unknown size (pipes, URLs).
+    fn unread_tail(&self) -> Option<i64> {
+        // SAFETY: reads the size of the open input's own I/O context (null for none); no data is read.
+        let size = unsafe {
+            let pb = (*self.input.as_ptr()).pb;
+            if pb.is_null() { -1 } else { ffi::avio_size(pb) }
+        };
+        let unread = size - self.data_end;
+        (size > 0 && self.data_end > 0 && unread > self.largest_packet as i64 + 4096).then_some(unread)
     }
 
     /// Whether the input, read to its end, stops short of what its container says.
@@ -645,7 +687,12 @@ impl VideoDecoder {
     fn feed(&mut self) {
         let mut packet = ff::Packet::empty();
         loop {
-            match packet.read(&mut self.input) {
+            let read = packet.read(&mut self.input);
+            if read.is_ok() && packet.position() >= 0 {
+                self.data_end = self.data_end.max(packet.position() as i64 + packet.size() as i64);
+                self.largest_packet = self.largest_packet.max(packet.size());
+            }
+            match read {
                 Ok(()) if packet.stream() == self.stream_index => {
                     self.packets += 1;
                     if let Some(p) = packet.pts().or(packet.dts()) {

@@ -42,6 +42,9 @@ pub struct CompareOptions {
     /// How many of those frames to list.
     pub worst: usize,
     pub gates: Gates,
+    /// Compare even when A and B read different inputs (speed only makes
+    /// sense then; their results cannot agree).
+    pub inputs_differ: bool,
 }
 
 /// Ratios B/A per round.
@@ -92,6 +95,8 @@ pub struct CompareReport {
     pub gates: Vec<Gate>,
     /// Every gate passed.
     pub passed: bool,
+    /// A and B read different inputs (`--inputs-differ`): the agreement compares different footage.
+    pub inputs_differ: bool,
 }
 
 /// A scratch folder for one comparison, removed when dropped.
@@ -119,6 +124,31 @@ fn run_captured(doc: &Doc, out: &Path, images: Option<&Path>, o: &CompareOptions
     Ok(measure(&cfg, &graph, &o.build, plan)?.0)
 }
 
+/// Why A and B cannot be compared as given: they read different inputs, so
+/// their results cannot agree and their speeds measure different work.
+/// `None` when they read the same inputs.
+pub fn different_inputs(a: &Doc, b: &Doc) -> Option<String> {
+    let (ia, ib) = (a.inputs(), b.inputs());
+    if ia.iter().map(|i| &i.key).eq(ib.iter().map(|i| &i.key)) {
+        return None;
+    }
+    let list = |v: &[super::edit::Input]| {
+        if v.is_empty() {
+            "nothing".to_string()
+        } else {
+            v.iter().map(|i| format!("`{}` = {}", i.source, i.shown)).collect::<Vec<_>>().join(", ")
+        }
+    };
+    Some(format!(
+        "A and B read different inputs: A ({}) reads {}; B ({}) reads {}: results of different inputs cannot agree, and their speeds \
+         measure different work; give both pipelines the same input (or pass --inputs-differ to compare them anyway)",
+        a.path.display(),
+        list(&ia),
+        b.path.display(),
+        list(&ib)
+    ))
+}
+
 pub fn compare(a: &Doc, b: &Doc, o: &CompareOptions, mut progress: impl FnMut(usize, &str, &Measured)) -> Result<CompareReport, Error> {
     // Both must build before anything is measured.
     for d in [a, b] {
@@ -126,6 +156,11 @@ pub fn compare(a: &Doc, b: &Doc, o: &CompareOptions, mut progress: impl FnMut(us
         d.capture(Path::new("/dev/null"), None);
         d.build()?;
     }
+    let differ = different_inputs(a, b);
+    if let (Some(why), false) = (&differ, o.inputs_differ) {
+        return Err(Error::Setting(why.clone()));
+    }
+    let inputs_differ = differ.is_some();
     let scratch = Scratch::new()?;
     let plan = Plan { warmup: Warmup::Frames(o.warmup), window: None };
     let (mut runs_a, mut runs_b) = (Vec::new(), Vec::new());
@@ -244,6 +279,7 @@ pub fn compare(a: &Doc, b: &Doc, o: &CompareOptions, mut progress: impl FnMut(us
         disagreements: worst,
         gates,
         passed,
+        inputs_differ,
     })
 }
 
@@ -290,6 +326,9 @@ impl CompareReport {
             self.rounds,
             self.frames_per_run.map(|f| format!(", {f} frames per source per run, {} warm-up", self.warmup_frames)).unwrap_or_default()
         );
+        if self.inputs_differ {
+            s.push_str("inputs: A and B read different inputs (--inputs-differ): the agreement below compares different footage\n");
+        }
         s.push_str(&format!("{:<8} {:>22} {:>22} {:>22}\n", "", "A", "B", "B/A"));
         let rows: [Row; 6] = [
             ("fps", |m| m.fps, self.ratio.fps, 1),

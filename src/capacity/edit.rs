@@ -48,6 +48,27 @@ impl std::str::FromStr for Setting {
     }
 }
 
+/// What one source reads (see [`Doc::inputs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub source: String,
+    /// As the file writes it: `file ../samples/clip.mp4`.
+    pub shown: String,
+    /// The same, with paths resolved: equal keys read the same input.
+    pub key: String,
+}
+
+/// `u` against the pipeline file's folder `base` when it is a relative path
+/// (not a URL or `-`), symbolic links resolved where it exists.
+fn resolved(base: &Path, u: &str) -> String {
+    if u == "-" || u.contains("://") || u.contains('{') {
+        return u.to_string();
+    }
+    let p = base.join(u);
+    let p = std::path::absolute(&p).unwrap_or(p);
+    std::fs::canonicalize(&p).unwrap_or(p).display().to_string()
+}
+
 /// Split on commas that are not inside brackets, braces or quotes.
 fn split_values(s: &str) -> Vec<String> {
     let (mut out, mut cur, mut depth, mut quote) = (Vec::new(), String::new(), 0i32, None::<char>);
@@ -142,6 +163,37 @@ impl Doc {
     /// The sources' names.
     pub fn sources(&self) -> Vec<String> {
         self.nodes().filter(|(s, _, _)| *s == "sources").map(|(_, k, _)| k.clone()).collect()
+    }
+
+    /// What each source reads, as [`Input`]s: its kind and the file, folder or
+    /// URL it names (`uri`, `path`; a relative path resolved against the
+    /// pipeline file's folder), or, for a source that makes its own frames
+    /// (`testsrc`, `audio_testsrc`, ...), its settings but `realtime`.
+    pub fn inputs(&self) -> Vec<Input> {
+        let base = self.path.parent().unwrap_or(Path::new(""));
+        let Some(sources) = self.table.get("sources").and_then(Value::as_table) else { return Vec::new() };
+        let mut out: Vec<Input> = sources
+            .iter()
+            .map(|(name, v)| {
+                let t = v.as_table().cloned().unwrap_or_default();
+                let kind = t.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+                let named = ["uri", "path"].iter().find_map(|k| t.get(*k).and_then(Value::as_str));
+                let (shown, key) = match named {
+                    Some(u) => (format!("{kind} {u}"), format!("{kind} {}", resolved(base, u))),
+                    None => {
+                        let mut rest = t.clone();
+                        rest.remove("kind");
+                        rest.remove("realtime");
+                        let settings = Value::Table(rest).to_string().replace('\n', " ").trim().to_string();
+                        let shown = if settings.is_empty() { kind.clone() } else { format!("{kind} {{ {settings} }}") };
+                        (shown.clone(), shown)
+                    }
+                };
+                Input { source: name.clone(), shown, key }
+            })
+            .collect();
+        out.sort_by(|x, y| x.key.cmp(&y.key).then(x.source.cmp(&y.source)));
+        out
     }
 
     /// Play the pipeline's one source as `n` streams (`NAME-1` … `NAME-N`), each

@@ -103,7 +103,7 @@ Examples:
   infer-stream bench pipelines/text-detection.toml --isolate
   infer-stream bench pipelines/capacity.toml --capacity --latency-budget 1000
   infer-stream bench pipelines/text-detection-bench.toml --sweep det.intra_threads=1,2 --frames 60
-  infer-stream compare pipelines/text-detection.toml pipelines/text-detection-small.toml --min-agreement 0.9
+  infer-stream compare pipelines/text-detection-bench.toml pipelines/text-detection-small.toml --min-agreement 0.9
   infer-stream inspect models/ppocr/ch_PP-OCRv4_det_infer.onnx
   infer-stream doctor
 
@@ -156,6 +156,12 @@ enum Cmd {
         /// Write a Chrome trace (one span per frame per node, queue waits): open in Perfetto or chrome://tracing.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Stop each source after N frames, then drain, flush and exit as at the end of the input.
+        #[arg(long, value_name = "N", conflicts_with = "duration", value_parser = clap::value_parser!(u64).range(1..))]
+        frames: Option<u64>,
+        /// Stop the sources after S seconds (from when the pipeline starts), then drain, flush and exit 0.
+        #[arg(long, value_name = "S", value_parser = seconds)]
+        duration: Option<f64>,
         /// Serve Prometheus /metrics, /healthz and /readyz while the pipeline runs: a PORT alone
         /// listens on 127.0.0.1 (this machine only); IP:PORT exactly there, e.g. 0.0.0.0:9464 for
         /// every interface (overrides [pipeline] metrics_addr).
@@ -276,6 +282,10 @@ enum Cmd {
         /// Compare only node A_NODE of A with node B_NODE of B (two branches of one graph: give the file twice).
         #[arg(long, value_name = "A_NODE:B_NODE")]
         nodes: Option<String>,
+        /// Compare A and B even when they read different inputs (refused otherwise, exit 2):
+        /// speed only, their results cannot agree.
+        #[arg(long)]
+        inputs_differ: bool,
         /// Write side-by-side annotated pictures (A left, B right) of the frames that disagree most.
         #[arg(long, value_name = "DIR")]
         write_disagreements: Option<PathBuf>,
@@ -357,8 +367,9 @@ pub fn main() -> ExitCode {
         return ExitCode::from(exit::CONFIG);
     }
     let r = match cli.cmd {
-        Cmd::Run { pipeline, ort_library, progress, report, trace, metrics_addr } => {
-            run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), metrics_addr, quiet)
+        Cmd::Run { pipeline, ort_library, progress, report, trace, frames, duration, metrics_addr } => {
+            let bound = Bound { frames, duration: duration.map(Duration::from_secs_f64) };
+            run(&pipeline, ort_library, progress, report.as_deref(), trace.as_deref(), bound, metrics_addr, quiet)
         }
         Cmd::Serve { pipeline, listen, ort_library, report } => serve::serve(&pipeline, listen, ort_library, report.as_deref(), quiet),
         Cmd::Validate { pipelines, no_models, ort_library } => validate(&pipelines, no_models, ort_library, quiet),
@@ -382,7 +393,7 @@ pub fn main() -> ExitCode {
             if capacity.capacity || !capacity.sweep.is_empty() =>
         {
             let build = BuildOptions { ort_library, null_sinks, max_frames: frames, batch_state: false, shutdown: None };
-            capacity_cmd(&pipeline, build, warmup, &capacity, json, plot.as_deref())
+            capacity_cmd(&pipeline, build, warmup, &capacity, json, plot.as_deref(), quiet)
         }
         Cmd::Compare {
             a,
@@ -395,6 +406,7 @@ pub fn main() -> ExitCode {
             min_recall,
             max_cer,
             nodes,
+            inputs_differ,
             write_disagreements,
             worst,
             json,
@@ -416,6 +428,7 @@ pub fn main() -> ExitCode {
                 write_disagreements,
                 worst,
                 gates: infer_stream::capacity::compare::Gates { max_slowdown, min_agreement, min_recall, max_cer },
+                inputs_differ,
             };
             compare_cmd(&a, &b, &o, json, quiet)
         }
@@ -647,7 +660,8 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, qu
         if all.0.iter().all(|d| d.file != *path) {
             let n = warnings.len();
             let said = if n == 0 { String::new() } else { format!(", {n} warning{}", if n == 1 { "" } else { "s" }) };
-            eprintln!("{}: ok ({} nodes{said})", path.display(), cfg.nodes.len());
+            // The result on stdout (warnings and errors are on stderr).
+            println!("{}: ok ({} nodes{said})", path.display(), cfg.nodes.len());
         }
     }
     if all.is_empty() { Ok(exit::OK) } else { Ok(print_diags(&all)) }
@@ -807,12 +821,23 @@ fn install_signals(sd: Arc<Shutdown>) -> Result<()> {
     Ok(())
 }
 
+/// `run --frames N` / `--duration S`: where a run stops by itself (as `bench` does).
+#[derive(Clone, Copy, Default)]
+struct Bound {
+    /// Frames per source.
+    frames: Option<u64>,
+    /// Time from the start of the pipeline, after which the sources stop and the frames in flight drain.
+    duration: Option<Duration>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run(
     path: &Path,
     ort_library: Option<PathBuf>,
     progress: Progress,
     report_path: Option<&Path>,
     trace: Option<&Path>,
+    bound: Bound,
     metrics_addr: Option<SocketAddr>,
     quiet: bool,
 ) -> Result<u8> {
@@ -821,7 +846,7 @@ fn run(
     // frame with the documented exit code.
     let sd = Shutdown::new();
     install_signals(sd.clone())?;
-    let opts = BuildOptions { ort_library, batch_state: true, shutdown: Some(sd.clone()), ..Default::default() };
+    let opts = BuildOptions { ort_library, batch_state: true, shutdown: Some(sd.clone()), max_frames: bound.frames, ..Default::default() };
     let (cfg, graph) = match load_checked(path) {
         Ok(x) => x,
         Err(d) => return Ok(print_diags(&d)),
@@ -869,6 +894,17 @@ fn run(
             b.set_message(format!("{:.1} fps", c.processed as f64 / elapsed.as_secs_f64().max(1e-3)));
         }
     };
+    if let Some(d) = bound.duration {
+        // A plain stop (not a signal): sources end, frames in flight drain, exit 0.
+        let sd = sd.clone();
+        std::thread::Builder::new().name("duration".into()).spawn(move || {
+            std::thread::sleep(d);
+            if !sd.stopping() {
+                tracing::info!("--duration {:.1} s reached: stopping sources and draining frames in flight", d.as_secs_f64());
+                sd.stop();
+            }
+        })?;
+    }
     let report = pipeline.run(sd.clone(), acct, Some(&mut tick));
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -987,7 +1023,15 @@ fn capacity_error(e: infer_stream::capacity::Error) -> u8 {
 }
 
 /// `bench --capacity` and `bench --sweep`.
-fn capacity_cmd(path: &Path, build: BuildOptions, warmup: u64, a: &CapacityArgs, json: bool, plot: Option<&Path>) -> Result<u8> {
+fn capacity_cmd(
+    path: &Path,
+    build: BuildOptions,
+    warmup: u64,
+    a: &CapacityArgs,
+    json: bool,
+    plot: Option<&Path>,
+    quiet: bool,
+) -> Result<u8> {
     use infer_stream::capacity::{edit::Doc, streams, sweep};
     let doc = match Doc::load(path) {
         Ok(d) => d,
@@ -1002,11 +1046,13 @@ fn capacity_cmd(path: &Path, build: BuildOptions, warmup: u64, a: &CapacityArgs,
             warmup_seconds: a.step_warmup,
             max_streams: a.max_streams as usize,
         };
-        if !json {
+        // Progress on stderr: not with --json, not with -q.
+        let progress = !json && !quiet;
+        if progress {
             eprint!("{}", streams::header());
         }
         let r = match streams::search(&doc, &o, |s| {
-            if !json {
+            if progress {
                 eprint!("{}", streams::row(s));
             }
         }) {
@@ -1027,7 +1073,7 @@ fn capacity_cmd(path: &Path, build: BuildOptions, warmup: u64, a: &CapacityArgs,
     let build = BuildOptions { null_sinks: true, max_frames: build.max_frames.or(Some(100)), ..build };
     let o = sweep::SweepOptions { build, rounds: a.rounds as usize, warmup };
     let r = match sweep::sweep(&doc, &a.sweep, &o, |round, label, m| {
-        if !json {
+        if !json && !quiet {
             eprintln!("round {}: {label}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
         }
     }) {
