@@ -185,6 +185,12 @@ pub struct FileSourceConfig {
     /// With `dynamic`: the keys an added stream may set besides its `id` (e.g. `["uri", "required"]`).
     #[serde(default)]
     pub allow: Vec<Spanned<String>>,
+    /// With `dynamic`: the URL schemes an added stream's `uri` may use (default none: paths only).
+    pub schemes: Option<Vec<Spanned<String>>>,
+    /// With `dynamic`: the hosts an added stream's URL may name (names, `*.suffix`, addresses, CIDR ranges, `*`).
+    pub hosts: Option<Vec<Spanned<String>>>,
+    /// With `dynamic`: the folders an added stream's path must lie in (default none: no path).
+    pub roots: Option<Vec<Spanned<String>>>,
 }
 
 /// `rotate` of a `file` or `dir` source.
@@ -396,6 +402,10 @@ pub struct RtspSourceConfig {
     /// With `dynamic`: the keys an added stream may set besides its `id` (e.g. `["uri", "required"]`).
     #[serde(default)]
     pub allow: Vec<Spanned<String>>,
+    /// With `dynamic`: the URL schemes an added stream's `uri` may use (default `["rtsp", "rtsps"]`).
+    pub schemes: Option<Vec<Spanned<String>>>,
+    /// With `dynamic`: the hosts an added stream's `uri` may name (names, `*.suffix`, addresses, CIDR ranges, `*`).
+    pub hosts: Option<Vec<Spanned<String>>>,
 }
 
 fn rtsp_connect_timeout() -> Spanned<u64> {
