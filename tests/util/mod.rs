@@ -4,6 +4,7 @@
 pub mod brokers;
 pub mod certs;
 pub mod prometheus;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
