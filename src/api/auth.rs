@@ -12,7 +12,7 @@ use subtle::ConstantTimeEq;
 
 use super::{ApiState, error};
 use crate::config::api::ApiConfig;
-use crate::config::{Diagnostic, PipelineConfig};
+use crate::config::{Diagnostics, PipelineConfig};
 
 /// What a token may do; each role may do what those before it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,40 +73,80 @@ impl Auth {
         Auth { tokens: tokens.into_iter().map(|(r, t)| (t.into_bytes(), r)).collect() }
     }
 
-    pub fn from_config(cfg: &PipelineConfig, api: &ApiConfig) -> Result<Self, Diagnostic> {
-        let mut tokens = Vec::new();
+    /// The tokens of `[pipeline] api`: every error found (each bad entry, each
+    /// bad line of the tokens file, each token listed under two roles), not only the first.
+    pub fn from_config(cfg: &PipelineConfig, api: &ApiConfig) -> Result<Self, Diagnostics> {
+        let mut errors = Vec::new();
+        // (role, token, where it is written, the span to mark)
+        let mut tokens: Vec<(Role, String, String, std::ops::Range<usize>)> = Vec::new();
         for t in &api.tokens {
-            let role = Role::parse(t.role.get_ref()).ok_or_else(|| {
-                cfg.diag(t.role.span(), format!("unknown role `{}`", t.role.get_ref())).with_help("roles: viewer, operator, admin")
-            })?;
-            let token = cfg.expand(&t.token)?;
-            if token.len() < MIN_TOKEN {
-                return Err(cfg.diag(t.token.span(), format!("a token must be at least {MIN_TOKEN} characters")));
-            }
-            tokens.push((role, token));
-        }
-        if let Some(f) = &api.tokens_file {
-            let path = cfg.resolve_path(f)?;
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| cfg.diag(f.span(), format!("cannot read tokens file {}: {e}", path.display())))?;
-            for (n, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') {
+            let Some(role) = Role::parse(t.role.get_ref()) else {
+                errors.push(
+                    cfg.diag(t.role.span(), format!("unknown role `{}`", t.role.get_ref())).with_help("roles: viewer, operator, admin"),
+                );
+                continue;
+            };
+            let token = match cfg.expand(&t.token) {
+                Ok(t) => t,
+                Err(d) => {
+                    errors.push(d);
                     continue;
                 }
-                let at = format!("tokens file {} line {}", path.display(), n + 1);
-                let (role, token) =
-                    line.split_once(char::is_whitespace).ok_or_else(|| cfg.diag(f.span(), format!("{at}: expected `ROLE TOKEN`")))?;
-                let role = Role::parse(role)
-                    .ok_or_else(|| cfg.diag(f.span(), format!("{at}: unknown role `{role}` (viewer, operator, admin)")))?;
-                let token = token.trim();
-                if token.len() < MIN_TOKEN {
-                    return Err(cfg.diag(f.span(), format!("{at}: a token must be at least {MIN_TOKEN} characters")));
-                }
-                tokens.push((role, token.to_string()));
+            };
+            if token.len() < MIN_TOKEN {
+                errors.push(cfg.diag(t.token.span(), format!("a token must be at least {MIN_TOKEN} characters")));
+                continue;
+            }
+            let at = cfg.diag(t.token.span(), "");
+            tokens.push((role, token, format!("`api.tokens` ({}:{}:{})", at.file.display(), at.line, at.column), t.token.span()));
+        }
+        if let Some(f) = &api.tokens_file {
+            match cfg.resolve_path(f) {
+                Err(d) => errors.push(d),
+                Ok(path) => match std::fs::read_to_string(&path) {
+                    Err(e) => errors.push(cfg.diag(f.span(), format!("cannot read tokens file {}: {e}", path.display()))),
+                    Ok(text) => {
+                        for (n, line) in text.lines().enumerate() {
+                            let line = line.trim();
+                            if line.is_empty() || line.starts_with('#') {
+                                continue;
+                            }
+                            let at = format!("tokens file {} line {}", path.display(), n + 1);
+                            let Some((role, token)) = line.split_once(char::is_whitespace) else {
+                                errors.push(cfg.diag(f.span(), format!("{at}: expected `ROLE TOKEN`")));
+                                continue;
+                            };
+                            let Some(role) = Role::parse(role) else {
+                                errors.push(cfg.diag(f.span(), format!("{at}: unknown role `{role}` (viewer, operator, admin)")));
+                                continue;
+                            };
+                            let token = token.trim();
+                            if token.len() < MIN_TOKEN {
+                                errors.push(cfg.diag(f.span(), format!("{at}: a token must be at least {MIN_TOKEN} characters")));
+                                continue;
+                            }
+                            tokens.push((role, token.to_string(), at, f.span()));
+                        }
+                    }
+                },
             }
         }
-        Ok(Auth::with_tokens(tokens))
+        // One token, one role: a token written under two would silently get the higher.
+        for (i, (role, token, at, span)) in tokens.iter().enumerate() {
+            if let Some((first, _, first_at, _)) = tokens[..i].iter().find(|(r, t, ..)| r != role && t == token) {
+                errors.push(
+                    cfg.diag(
+                        span.clone(),
+                        format!("{at}: this token is also {first_at} with another role (`{}` there, `{}` here)", first.name(), role.name()),
+                    )
+                    .with_help("each token has one role: remove it from one place, or give one of them a new token"),
+                );
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Diagnostics(errors));
+        }
+        Ok(Auth::with_tokens(tokens.into_iter().map(|(r, t, ..)| (r, t))))
     }
 
     /// The role of `token`: every token is compared, each in constant time.
@@ -134,6 +174,15 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     }
 }
 
+/// The token of an `Authorization` value: the scheme `Bearer` in any case
+/// (RFC 9110: schemes are case-insensitive), then the token.
+pub fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let value = value.trim_ascii_start();
+    let (scheme, rest) = value.split_at(value.iter().position(|b| *b == b' ' || *b == b'\t')?);
+    let token = rest.trim_ascii();
+    (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
+}
+
 /// The auth layer: 401 without a valid token, 403 when its role may not.
 pub async fn require(State(state): State<ApiState>, req: Request, next: Next) -> Response {
     let Some(need) = required_role(req.method(), req.uri().path()) else {
@@ -142,8 +191,7 @@ pub async fn require(State(state): State<ApiState>, req: Request, next: Next) ->
     if state.auth.is_open() {
         return next.run(req).await;
     }
-    let token =
-        req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer ")).map(|t| t.trim_ascii().to_vec());
+    let token = req.headers().get(header::AUTHORIZATION).and_then(|v| bearer(v.as_bytes())).map(<[u8]>::to_vec);
     let unauthorized = |msg: &str| {
         let mut r = error(StatusCode::UNAUTHORIZED, msg);
         r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
@@ -181,6 +229,16 @@ mod tests {
         assert_eq!(required_role(&Method::DELETE, "/v1/streams/a"), Some(Role::Operator));
         assert_eq!(required_role(&Method::POST, "/v1/infer"), Some(Role::Operator));
         assert_eq!(required_role(&Method::PUT, "/v1/pipeline"), Some(Role::Admin));
+    }
+
+    #[test]
+    fn the_bearer_scheme_in_any_case() {
+        for v in ["Bearer tok", "bearer tok", "BEARER  tok ", "bEaReR\ttok"] {
+            assert_eq!(bearer(v.as_bytes()), Some(&b"tok"[..]), "{v}");
+        }
+        for v in ["Basic tok", "Bearertok", "Bearer ", "tok", ""] {
+            assert_eq!(bearer(v.as_bytes()), None, "{v}");
+        }
     }
 
     #[test]

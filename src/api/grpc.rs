@@ -29,12 +29,34 @@ pub struct Service {
     state: ApiState,
 }
 
+/// Room in a message for what is not the picture.
+const MESSAGE_ROOM: usize = 64 * 1024;
+
 /// The gRPC routes, to be merged into the API's router. Messages may be as
 /// large as the largest picture a request source accepts (plus the rest of the message).
-pub fn routes(state: &ApiState) -> tonic::service::Routes {
+pub fn routes(state: &ApiState) -> axum::Router {
     let largest = state.control.request_hubs().iter().map(|h| h.limits().max_bytes).max().unwrap_or(0);
-    let svc = InferStreamServer::new(Service { state: state.clone() }).max_decoding_message_size(largest + 64 * 1024);
+    let svc = InferStreamServer::new(Service { state: state.clone() }).max_decoding_message_size(largest + MESSAGE_ROOM);
     tonic::service::Routes::new(svc)
+        .into_axum_router()
+        .layer(axum::middleware::map_response(move |r: axum::response::Response| async move { too_large(r, largest) }))
+}
+
+/// tonic refuses a message over its decoding limit with `OUT_OF_RANGE`
+/// before the handler sees it; a picture too large is `RESOURCE_EXHAUSTED`
+/// (gRPC's code for a message over a limit, and what a picture over
+/// `max_bytes` that fits in the message gets from [`status`]), whatever its size.
+fn too_large(mut r: axum::response::Response, largest: usize) -> axum::response::Response {
+    let h = r.headers_mut();
+    let over = h.get("grpc-status").is_some_and(|v| v == "11")
+        && h.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("message%20length%20too%20large"));
+    if over {
+        let status = Status::resource_exhausted(format!(
+            "the request is too large: a picture may be at most {largest} bytes (the request source's `max_bytes`)"
+        ));
+        let _ = status.add_header(h);
+    }
+    r
 }
 
 /// A request's status when it got no results.

@@ -22,7 +22,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::config::api::{ApiConfig, DEFAULT_MAX_STREAMS};
-use crate::config::{Diagnostic, PipelineConfig};
+use crate::config::{Diagnostic, Diagnostics, PipelineConfig};
 use crate::metrics::Metrics;
 pub use crate::runtime::control::{Control, ControlError};
 pub use crate::runtime::results::{Delivery, Published, ResultKind, ResultsHub, Subscription};
@@ -71,23 +71,36 @@ pub struct ApiSettings {
 
 impl ApiSettings {
     /// Read `[pipeline] api`; `listen` (the command line's) wins over the file's address.
-    pub fn from_config(cfg: &PipelineConfig, listen: Option<SocketAddr>) -> Result<Self, Diagnostic> {
+    pub fn from_config(cfg: &PipelineConfig, listen: Option<SocketAddr>) -> Result<Self, Diagnostics> {
         let default = ApiConfig::default();
         let api = cfg.settings.api.as_ref().unwrap_or(&default);
+        let from_flag = listen.is_some();
         let listen = match listen {
             Some(a) => a,
-            None => cfg.api_listen()?,
+            None => cfg.api_listen().map_err(|d| Diagnostics(vec![d]))?,
         };
         let auth = Auth::from_config(cfg, api)?;
         let tls = match &api.tls {
-            Some(t) => Some(tls::server_config(cfg, t)?),
+            Some(t) => Some(tls::server_config(cfg, t).map_err(|d| Diagnostics(vec![d]))?),
             None => None,
         };
         if !listen.ip().is_loopback() && auth.is_open() {
-            let span = api.listen.as_ref().map_or(0..0, |l| l.span());
-            return Err(cfg
-                .diag(span, format!("the API on {listen} could be reached from other machines without tokens"))
-                .with_help("give `[pipeline] api.tokens` (or `tokens_file`), or listen on 127.0.0.1"));
+            let help = "give `[pipeline] api.tokens` (or `tokens_file`), or listen on 127.0.0.1";
+            // Point at what chose the address: the command line, or the file's `api.listen`.
+            let d = match (from_flag, &api.listen) {
+                (true, _) => Diagnostic::whole_file(
+                    &cfg.file,
+                    format!("`--listen {listen}`: the API could be reached from other machines, and this file gives no tokens"),
+                )
+                .with_help(format!("{help} (`--listen 127.0.0.1:{}`)", listen.port())),
+                (false, l) => cfg
+                    .diag(
+                        l.as_ref().map_or(0..0, |l| l.span()),
+                        format!("the API on {listen} could be reached from other machines without tokens"),
+                    )
+                    .with_help(help),
+            };
+            return Err(Diagnostics(vec![d]));
         }
         let max_streams = match &api.max_streams {
             Some(m) if *m.get_ref() == 0 => {
@@ -117,7 +130,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// gRPC services on the same listener (tonic's [`tonic::service::Routes`]).
-fn grpc_routes(state: &ApiState) -> Option<tonic::service::Routes> {
+fn grpc_routes(state: &ApiState) -> Option<Router> {
     Some(grpc::routes(state))
 }
 
@@ -132,9 +145,15 @@ pub fn router(state: ApiState, max_body: usize) -> Router {
         .with_state(state.clone());
     let mut app = http;
     if let Some(grpc) = grpc_routes(&state) {
-        app = app.merge(grpc.into_axum_router());
+        app = app.merge(grpc);
     }
     app.fallback(|| async { error(StatusCode::NOT_FOUND, "no such route: see GET /v1/openapi.json") })
+        .method_not_allowed_fallback(|req: axum::extract::Request| async move {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{} is not a method of {}: see GET /v1/openapi.json", req.method(), req.uri().path()),
+            )
+        })
         .layer(axum::middleware::from_fn_with_state(state, auth::require))
         .layer(DefaultBodyLimit::max(max_body))
 }

@@ -61,7 +61,10 @@ struct LogWriter;
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
+        // Each log line is written whole: a URL's credentials are masked here too,
+        // whichever message (an FFmpeg error, a library's) quoted it.
+        let text = String::from_utf8_lossy(buf);
+        let _ = std::io::stderr().write_all(infer_stream::config::mask_credentials(&text).as_bytes());
         Ok(buf.len())
     }
 
@@ -629,9 +632,9 @@ fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<PathBuf>, qu
         // `serve`'s API settings: address, tokens, TLS files.
         #[cfg(feature = "serve")]
         if cfg.settings.api.is_some()
-            && let Err(d) = infer_stream::api::ApiSettings::from_config(&cfg, None)
+            && let Err(mut d) = infer_stream::api::ApiSettings::from_config(&cfg, None)
         {
-            all.push(d);
+            all.0.append(&mut d.0);
         }
         if !no_models {
             let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use infer_stream::api::{self, ApiSettings, ApiState};
-use infer_stream::config::Diagnostics;
 use infer_stream::frame::Accounting;
 use infer_stream::metrics::Metrics;
 use infer_stream::runtime::{Pipeline, ResultsHub, Shutdown};
@@ -34,7 +33,7 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
     }
     let settings = match ApiSettings::from_config(&cfg, listen) {
         Ok(s) => s,
-        Err(d) => return Ok(print_diags(&Diagnostics(vec![d]))),
+        Err(d) => return Ok(print_diags(&d)),
     };
     // The port is taken before models load: one in use fails at once (exit 2).
     let listener = match api::bind(settings.listen) {

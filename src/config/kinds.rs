@@ -187,6 +187,12 @@ pub struct FileSourceConfig {
     pub allow: Vec<Spanned<String>>,
     /// With `dynamic`: the most streams of this template listed at once (more: `429`).
     pub max_streams: Option<Spanned<usize>>,
+    /// With `dynamic`: the URL schemes an added stream's `uri` may use (default none: paths only).
+    pub schemes: Option<Vec<Spanned<String>>>,
+    /// With `dynamic`: the hosts an added stream's URL may name (names, `*.suffix`, addresses, CIDR ranges, `*`).
+    pub hosts: Option<Vec<Spanned<String>>>,
+    /// With `dynamic`: the folders an added stream's path must lie in (default none: no path).
+    pub roots: Option<Vec<Spanned<String>>>,
 }
 
 /// `rotate` of a `file` or `dir` source.
@@ -405,6 +411,10 @@ pub struct RtspSourceConfig {
     pub allow: Vec<Spanned<String>>,
     /// With `dynamic`: the most streams of this template listed at once (more: `429`).
     pub max_streams: Option<Spanned<usize>>,
+    /// With `dynamic`: the URL schemes an added stream's `uri` may use (default `["rtsp", "rtsps"]`).
+    pub schemes: Option<Vec<Spanned<String>>>,
+    /// With `dynamic`: the hosts an added stream's `uri` may name (names, `*.suffix`, addresses, CIDR ranges, `*`).
+    pub hosts: Option<Vec<Spanned<String>>>,
 }
 
 fn rtsp_max_auth_failures() -> Spanned<u32> {

@@ -5,6 +5,7 @@ pub mod brokers;
 pub mod certs;
 pub mod prometheus;
 pub mod serve;
+pub mod served;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -15,6 +15,7 @@ pub mod request;
 pub mod rtsp;
 pub mod template;
 pub mod testsrc;
+pub mod uri_rules;
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,7 +1,9 @@
 //! `dynamic = true` on an `rtsp` or `file` source: a template for streams
 //! added while `infer-stream serve` runs. Each added stream is the template's
 //! table with the keys the request sets (only those `allow` names), checked
-//! as the pipeline file would be, and built as its own source.
+//! as the pipeline file would be, and built as its own source. A `uri` the
+//! request sets must also pass the template's value rules ([`UriRules`]:
+//! `schemes`, `hosts`, `roots`) before anything is opened.
 
 use std::path::Path;
 
@@ -11,9 +13,24 @@ use crate::config::{Diagnostic, NodeConfig, NodeKind, PipelineConfig, is_url, ma
 use crate::runtime::dynamic::{DynamicSource, Prepared, Template};
 use crate::stages::Source;
 
+use super::uri_rules::UriRules;
+
 /// Keys no added stream may set, whatever `allow` says.
-const FIXED: &[&str] =
-    &["kind", "dynamic", "allow", "max_streams", "inputs", "queue", "on_error", "restart", "max_restarts", "restart_backoff_ms"];
+const FIXED: &[&str] = &[
+    "kind",
+    "dynamic",
+    "allow",
+    "schemes",
+    "hosts",
+    "roots",
+    "max_streams",
+    "inputs",
+    "queue",
+    "on_error",
+    "restart",
+    "max_restarts",
+    "restart_backoff_ms",
+];
 
 /// Whether `node` is a template (`dynamic = true`).
 pub fn is_template(node: &NodeConfig) -> bool {
@@ -32,9 +49,16 @@ pub fn build(
     pool_size: usize,
     max_frames: Option<u64>,
 ) -> Result<Option<DynamicSource>, Diagnostic> {
-    let (allow, max_streams) = match &node.kind {
-        NodeKind::Rtsp(c) if c.dynamic => (&c.allow, &c.max_streams),
-        NodeKind::File(c) if c.dynamic => (&c.allow, &c.max_streams),
+    let kind = node.kind.name();
+    let (allow, max_streams, rules) = match &node.kind {
+        NodeKind::Rtsp(c) if c.dynamic => {
+            (&c.allow, &c.max_streams, UriRules::from_config(cfg, kind, c.schemes.as_deref(), c.hosts.as_deref(), None)?)
+        }
+        NodeKind::File(c) if c.dynamic => (
+            &c.allow,
+            &c.max_streams,
+            UriRules::from_config(cfg, kind, c.schemes.as_deref(), c.hosts.as_deref(), c.roots.as_deref())?,
+        ),
         _ => return Ok(None),
     };
     // Checked with the graph: 1 or more.
@@ -56,11 +80,10 @@ pub fn build(
     let mut settings = doc.get("pipeline").and_then(|p| p.as_table()).cloned().unwrap_or_default();
     settings.remove("api");
     settings.remove("metrics_addr");
-    let kind = node.kind.name();
     let file = cfg.file.clone();
     let name = node.name.clone();
     let prepare = Box::new(move |id: &str, fields: &Map<String, Value>| {
-        prepare(&file, &name, kind, &settings, &table, index, pool_size, max_frames, id, fields)
+        prepare(&file, &name, kind, &rules, &settings, &table, index, pool_size, max_frames, id, fields)
     });
     let describe = format!(
         "template of streams added at run time (they may set: {})",
@@ -74,6 +97,7 @@ fn prepare(
     file: &Path,
     template: &str,
     kind: &'static str,
+    rules: &UriRules,
     settings: &toml::Table,
     table: &toml::Table,
     index: u32,
@@ -83,14 +107,24 @@ fn prepare(
     fields: &Map<String, Value>,
 ) -> Result<Prepared, String> {
     let mut node = table.clone();
-    node.remove("dynamic");
-    node.remove("allow");
+    for k in ["dynamic", "allow", "schemes", "hosts", "roots"] {
+        node.remove(k);
+    }
     for (k, v) in fields {
         if let Some(s) = v.as_str()
             && s.contains("${")
         {
             return Err(format!("`{k}`: `${{...}}` is not expanded in added streams; write the value itself"));
         }
+        // The request's input: checked against the template's rules before anything opens it; a path is opened as resolved.
+        let checked;
+        let v = match (k.as_str(), v.as_str()) {
+            ("uri", Some(uri)) => {
+                checked = Value::String(rules.check(uri).map_err(|e| format!("`uri` {}: {e}", mask_credentials(uri)))?);
+                &checked
+            }
+            _ => v,
+        };
         let value = toml::Value::try_from(v).map_err(|_| format!("`{k}`: {v} is not a value a pipeline file can hold"))?;
         node.insert(k.clone(), value);
     }
