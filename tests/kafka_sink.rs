@@ -368,6 +368,10 @@ fn every_frame_of_two_runs_once_across_an_outage_a_stop_and_a_replay() {
     assert!(left > 20, "more than the 20 messages of memory wait: {line}");
     assert_eq!(figure(line, "delivered") + left, decoded1, "every frame delivered or kept: {line}");
     assert_eq!(figure(line, "spooled"), left, "the spooled figure counts what was left in the spool at exit: {line}");
+    // The outage is handled (spooled, said once as a warning): librdkafka's lines about it are not errors.
+    assert!(err.contains("the broker is unreachable"), "{err}");
+    assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("librdkafka:")), "librdkafka's reconnect lines, at INFO:\n{err}");
+    assert!(!err.lines().any(|l| l.contains("ERROR") && l.contains("librdkafka")), "a handled outage logged as an error:\n{err}");
 
     // The broker is back (empty); run 2 sends 30 frames after what run 1 left.
     broker.start();
