@@ -104,9 +104,10 @@ impl ApiSettings {
         }
         let max_streams = match &api.max_streams {
             Some(m) if *m.get_ref() == 0 => {
-                return Err(cfg
-                    .diag(m.span(), "`api.max_streams` must be at least 1")
-                    .with_help(format!("the most streams added at run time at once (default {DEFAULT_MAX_STREAMS})")));
+                return Err(Diagnostics(vec![
+                    cfg.diag(m.span(), "`api.max_streams` must be at least 1")
+                        .with_help(format!("the most streams added at run time at once (default {DEFAULT_MAX_STREAMS})")),
+                ]));
             }
             Some(m) => *m.get_ref(),
             None => DEFAULT_MAX_STREAMS,
