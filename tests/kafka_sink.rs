@@ -364,10 +364,15 @@ fn every_frame_of_two_runs_once_across_an_outage_a_stop_and_a_replay() {
     assert_eq!(code, Some(143), "{err}");
     let line = delivery_line(&err, "bus");
     let left = figure(line, "undelivered");
-    let (decoded1, _, _, _) = accounting(&err);
+    // The live source drops frames at the sink's queue while the pipeline is frozen:
+    // every frame the sink took is delivered or kept.
+    let (_, decoded1, _, _) = accounting(&err);
     assert!(left > 20, "more than the 20 messages of memory wait: {line}");
-    assert_eq!(figure(line, "delivered") + left, decoded1, "every frame delivered or kept: {line}");
-    assert_eq!(figure(line, "spooled"), left, "the spooled figure counts what was left in the spool at exit: {line}");
+    assert_eq!(figure(line, "delivered") + left, decoded1, "every frame the sink took delivered or kept: {line}\n{err}");
+    // Everything left at exit was spooled, and counted so (a message spooled during the
+    // outage and delivered later is counted too, once).
+    let spooled = figure(line, "spooled");
+    assert!(spooled >= left && spooled <= left + figure(line, "delivered"), "the spooled figure counts what was left in the spool at exit: {line}");
     // The outage is handled (spooled, said once as a warning): librdkafka's lines about it are not errors.
     assert!(err.contains("the broker is unreachable"), "{err}");
     assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("librdkafka:")), "librdkafka's reconnect lines, at INFO:\n{err}");
@@ -393,13 +398,16 @@ fn every_frame_of_two_runs_once_across_an_outage_a_stop_and_a_replay() {
     // The documented rule: keep the set of identities delivered.
     let mut seen = std::collections::HashSet::new();
     let kept: Vec<&(String, String, u64)> = all.iter().filter(|id| seen.insert((*id).clone())).collect();
-    let want: Vec<(String, String, u64)> = (0..decoded1)
-        .map(|s| (run1.clone(), "cam".to_string(), s))
-        .chain((0..frames2).map(|s| (run2.clone(), "cam".to_string(), s)))
-        .collect();
     let mut got: Vec<(String, String, u64)> = kept.iter().map(|id| (*id).clone()).collect();
     got.sort_by_key(|(r, _, s)| (*r != run1, *s));
-    assert_eq!(got, want, "every frame of both runs, once");
+    assert!(got.iter().all(|(r, st, _)| (*r == run1 || *r == run2) && st == "cam"), "only the two runs' frames: {got:?}");
+    // Run 1: every frame its sink took (the frozen live source dropped some before the sink), once each.
+    let seqs1: Vec<u64> = got.iter().filter(|(r, _, _)| *r == run1).map(|(_, _, s)| *s).collect();
+    assert_eq!(seqs1.len() as u64, decoded1, "every frame of run 1's sink, once: {seqs1:?}");
+    // Run 2: every frame, in order of seq, once.
+    let seqs2: Vec<u64> = got.iter().filter(|(r, _, _)| *r == run2).map(|(_, _, s)| *s).collect();
+    assert_eq!(seqs2, (0..frames2).collect::<Vec<_>>(), "every frame of run 2, once");
+    let want = got.clone();
     // Its shortcut: the highest seq per (run, stream) keeps the same frames.
     let mut last: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
     let by_last = all
