@@ -372,7 +372,10 @@ fn every_frame_of_two_runs_once_across_an_outage_a_stop_and_a_replay() {
     // Everything left at exit was spooled, and counted so (a message spooled during the
     // outage and delivered later is counted too, once).
     let spooled = figure(line, "spooled");
-    assert!(spooled >= left && spooled <= left + figure(line, "delivered"), "the spooled figure counts what was left in the spool at exit: {line}");
+    assert!(
+        spooled >= left && spooled <= left + figure(line, "delivered"),
+        "the spooled figure counts what was left in the spool at exit: {line}"
+    );
     // The outage is handled (spooled, said once as a warning): librdkafka's lines about it are not errors.
     assert!(err.contains("the broker is unreachable"), "{err}");
     assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("librdkafka:")), "librdkafka's reconnect lines, at INFO:\n{err}");

@@ -54,11 +54,9 @@ pub fn build(
         NodeKind::Rtsp(c) if c.dynamic => {
             (&c.allow, &c.max_streams, UriRules::from_config(cfg, kind, c.schemes.as_deref(), c.hosts.as_deref(), None)?)
         }
-        NodeKind::File(c) if c.dynamic => (
-            &c.allow,
-            &c.max_streams,
-            UriRules::from_config(cfg, kind, c.schemes.as_deref(), c.hosts.as_deref(), c.roots.as_deref())?,
-        ),
+        NodeKind::File(c) if c.dynamic => {
+            (&c.allow, &c.max_streams, UriRules::from_config(cfg, kind, c.schemes.as_deref(), c.hosts.as_deref(), c.roots.as_deref())?)
+        }
         _ => return Ok(None),
     };
     // Checked with the graph: 1 or more.
