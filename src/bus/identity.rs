@@ -17,16 +17,17 @@ use std::sync::Arc;
 pub struct RunId(Arc<str>);
 
 impl RunId {
-    /// A new id, from the clock and the operating system's random source.
+    /// A new id, from the clock and the operating system's random source
+    /// (std's `RandomState` keys are seeded from it), mixed with the process
+    /// id and the clock's nanoseconds.
     pub fn new() -> Self {
-        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let mut r = [0u8; 8];
-        if rustls::crypto::ring::default_provider().secure_random.fill(&mut r[2..]).is_err() {
-            // No random source: the process id and the clock's nanoseconds still tell runs apart.
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-            r = ((u64::from(std::process::id()) << 32) | u64::from(nanos)).to_be_bytes();
-        }
-        let rand = u64::from_be_bytes(r) & 0xffff_ffff_ffff;
+        use std::hash::{BuildHasher, Hasher};
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let secs = now.as_secs();
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u32(now.subsec_nanos());
+        let rand = h.finish() & 0xffff_ffff_ffff;
         RunId(format!("{secs:08x}-{rand:012x}").into())
     }
 

@@ -115,7 +115,7 @@ impl Stage for TextRecognition {
                     }
                     let inside = crops.inside.get(i).copied().unwrap_or(true);
                     let best = self.by_track.entry((frame.stream.clone(), id)).or_insert_with(|| (text.clone(), score, inside));
-                    if (inside && (!best.2 || score > best.1)) || (!inside && !best.2) {
+                    if !best.2 || (inside && score > best.1) {
                         *best = (text.clone(), score, inside);
                     }
                     // The track's best reading, which may be an earlier one.
