@@ -123,20 +123,24 @@ impl Serve {
 
     /// SIGTERM; the exit code once it has drained.
     pub fn stop(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st.code();
-            }
-            if Instant::now() > until {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        terminate(self.child.take()?)
+    }
+}
+
+/// SIGTERM to `child`; its exit code once it has drained (`None`: killed after 20 s).
+pub fn terminate(mut child: Child) -> Option<i32> {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code();
         }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

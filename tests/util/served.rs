@@ -2,16 +2,14 @@
 //! written into a folder, on a free loopback port, stderr kept as its log, and
 //! stopped (SIGTERM, then killed) when dropped; with curl as the client.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::bin;
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use super::serve::free_port;
 
 pub struct Served {
     child: Option<Child>,
@@ -61,20 +59,7 @@ impl Served {
 
     /// SIGTERM; the exit code once it has drained (`None`: killed after 20 s).
     pub fn stop(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st.code();
-            }
-            if Instant::now() > until {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::serve::terminate(self.child.take()?)
     }
 }
 
