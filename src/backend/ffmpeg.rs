@@ -412,6 +412,9 @@ struct Burst {
     /// Timestamp of the first damaged frame or packet, when known.
     from: Option<i64>,
     frames: u64,
+    /// Of `frames`, those estimated from the size of unreadable data at the
+    /// end of an input whose container does not say how many it holds.
+    estimated: u64,
 }
 
 impl VideoDecoder {
@@ -596,14 +599,26 @@ impl VideoDecoder {
             } else if self.truncated.is_none() && (self.burst.is_some() || unread.is_some()) {
                 let accounted = self.given + self.skipped_frames;
                 let missing = self.info.frames.map_or(0, |n| n.saturating_sub(accounted));
+                // MPEG-TS holds no count nor duration of its own: FFmpeg reads the
+                // duration from the last timestamps it can find, so frames that
+                // garbage replaced at the end are in no count. Estimate them from
+                // the unreadable bytes at the rate of the bytes read per frame.
+                let estimated = match unread {
+                    Some(bytes) if self.is_mpegts() && self.packets > 0 && self.data_end > 0 => {
+                        (bytes as f64 * self.packets as f64 / self.data_end as f64).round() as u64
+                    }
+                    _ => 0,
+                };
+                let estimated = estimated.saturating_sub(missing);
                 if let Some(bytes) = unread {
-                    tracing::debug!(path = %self.path, bytes, missing, "corrupt data at the end of the input");
+                    tracing::debug!(path = %self.path, bytes, missing, estimated, "corrupt data at the end of the input");
                 }
-                if missing > 0 {
+                if missing + estimated > 0 {
                     let from = self.burst.map_or(self.packet_span.map(|(_, last)| last), |b| b.from);
-                    let b = self.burst.get_or_insert(Burst { from, frames: 0 });
-                    b.frames += missing;
-                    self.skipped_frames += missing;
+                    let b = self.burst.get_or_insert(Burst { from, frames: 0, estimated: 0 });
+                    b.frames += missing + estimated;
+                    b.estimated += estimated;
+                    self.skipped_frames += missing + estimated;
                 }
             }
         }
@@ -639,7 +654,7 @@ impl VideoDecoder {
         }
         // MPEG-TS comes in packets of 188 bytes (192 in M2TS, 204 with FEC): a file
         // ending inside one was cut.
-        if self.input.format().name().split(',').any(|n| n == "mpegts") {
+        if self.is_mpegts() {
             // SAFETY: reads the size of the open input's own I/O context (null for none); no data is read.
             let size = unsafe {
                 let pb = (*self.input.as_ptr()).pb;
@@ -650,6 +665,11 @@ impl VideoDecoder {
             }
         }
         None
+    }
+
+    /// Whether the input is MPEG-TS (no frame count nor duration of its own).
+    fn is_mpegts(&self) -> bool {
+        self.input.format().name().split(',').any(|n| n == "mpegts")
     }
 
     /// The read error that ended the input (`None`: it ended normally, or has not ended).
@@ -665,7 +685,7 @@ impl VideoDecoder {
     /// One frame lost to corrupt data (opens a burst if none is open).
     fn damaged(&mut self, pts: Option<i64>) {
         self.skipped_frames += 1;
-        let b = self.burst.get_or_insert(Burst { from: pts, frames: 0 });
+        let b = self.burst.get_or_insert(Burst { from: pts, frames: 0, estimated: 0 });
         b.frames += 1;
         if b.from.is_none() {
             b.from = pts;
@@ -680,7 +700,12 @@ impl VideoDecoder {
         let secs = |p: i64| format!("{:.3} s", p as f64 * num as f64 / den.max(1) as f64);
         let from = b.from.map(|p| format!(" from {}", secs(p))).unwrap_or_default();
         let to = pts.map(|p| format!("resumed at the keyframe at {}", secs(p))).unwrap_or_else(|| "no keyframe before the end".into());
-        tracing::warn!("{}: corrupt data{from}: {} frame(s) skipped, {to}", self.path, b.frames);
+        let about = if b.estimated > 0 {
+            format!(" ({} of them estimated from the size of the unreadable data at the end)", b.estimated)
+        } else {
+            String::new()
+        };
+        tracing::warn!("{}: corrupt data{from}: {} frame(s) skipped{about}, {to}", self.path, b.frames);
     }
 
     /// Send the next packet of our stream (or end of stream) to the decoder.
