@@ -19,8 +19,9 @@ use cudarc::driver::CudaEvent;
 use ff::format::Pixel;
 use ffmpeg_next as ff;
 
-use super::cuda::{DeviceImage, Gpu, GpuError};
+use super::cuda::{Gpu, GpuError};
 use super::ffmpeg::{HELD_SURFACES, HwDevice, cuda_planes, frame_ref};
+use crate::frame::DeviceImage;
 use crate::frame::{Image, Pool, Storage};
 
 /// The FFmpeg device for `gpu`: its context and stream injected.

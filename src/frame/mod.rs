@@ -43,7 +43,7 @@ pub enum Storage {
     Host(PoolBuf<u8>),
     /// Device memory (filled by the GPU path).
     #[cfg(feature = "cuda")]
-    Device(crate::backend::cuda::DeviceImage),
+    Device(DeviceImage),
 }
 
 /// A decoded picture: planes packed one after another in `storage`.
@@ -81,6 +81,21 @@ impl Image {
             Storage::Device(_) => None,
         }
     }
+}
+
+/// Device-resident image planes. `keep` owns whatever keeps the memory alive
+/// (a pooled device buffer); dropping it releases the planes.
+#[cfg(feature = "cuda")]
+pub struct DeviceImage {
+    /// Device pointers per plane (0 when unused).
+    pub planes: [u64; 4],
+    /// Bytes per row of each plane.
+    pub pitches: [usize; 4],
+    pub keep: Box<dyn std::any::Any + Send + Sync>,
+    /// The GPU the planes live on.
+    pub gpu: Arc<crate::backend::cuda::Gpu>,
+    /// The host copy CPU consumers share (made on first use).
+    pub host: HostCopy,
 }
 
 /// The host copy of a device image, made once, by the first CPU consumer
@@ -388,8 +403,8 @@ pub struct Tracks {
 /// stream, with their running counts (crossings in and out, tracks inside).
 #[derive(Debug, Clone)]
 pub struct PlacesView {
-    pub places: Arc<crate::analytics::Places>,
-    pub counts: crate::analytics::Counts,
+    pub places: Arc<crate::analytics::places::Places>,
+    pub counts: crate::analytics::places::Counts,
     pub stream: Arc<str>,
 }
 

@@ -16,10 +16,7 @@ use super::draw::{self, Mark};
 use crate::frame::ColorInfo;
 use crate::frame::convert::rgb_to_yuv;
 
-/// `i32`s per primitive: x0, y0, x1, y1 (inclusive), hole x0, y0, x1, y1
-/// (exclusive; empty when x0 >= x1), alpha offset (-1: solid), colour
-/// (Y | U << 8 | V << 16). The layout `kernels.cu` reads.
-pub const PRIM_INTS: usize = 10;
+pub use crate::backend::PRIM_INTS;
 
 /// Primitives to paint, and the alpha masks they point into.
 #[derive(Debug, Default, Clone, PartialEq)]
