@@ -614,7 +614,7 @@ pub fn spool_path(
             None => crate::config::Diagnostic::whole_file(&cfg.file, msg).with_help("set `spool_dir` to a writable folder"),
         }
     })?;
-    let name = crate::stages::sinks::stream_file_name(&format!("{}-{sink}", cfg.name()));
+    let name = crate::config::paths::stream_file_name(&format!("{}-{sink}", cfg.name()));
     Ok(dir.join(format!("{name}.spool")))
 }
 

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod diag;
 mod kinds;
+pub mod paths;
 mod redact;
 
 use std::net::SocketAddr;

@@ -3,6 +3,7 @@
 
 pub mod convert;
 pub mod event;
+pub mod json;
 pub mod letterbox;
 pub mod pool;
 pub mod ticket;

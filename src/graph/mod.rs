@@ -12,7 +12,9 @@ pub use machine::check_machine;
 pub use warnings::warnings;
 
 use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag, is_url, mask_credentials};
-use crate::stages::ModelIo;
+
+/// Models' declared inputs and outputs, per infer node.
+pub type ModelIo = HashMap<String, (Vec<crate::backend::ort::IoInfo>, Vec<crate::backend::ort::IoInfo>)>;
 
 /// What flows along an edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -769,7 +771,7 @@ fn unwritable(path: &std::path::Path, folder: bool, templated: bool) -> Option<S
 /// and `a_b` both make `a_b`: names are made file-name safe). Either would
 /// silently overwrite or interleave results.
 fn check_output_files(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
-    use crate::stages::sinks::{stream_file_name, stream_path};
+    use crate::config::paths::{stream_file_name, stream_path};
     // A file (or, for a `dir` source's streams, a path template) → who writes it.
     let mut taken: HashMap<std::path::PathBuf, (&str, String)> = HashMap::new();
     for (i, node) in cfg.nodes.iter().enumerate() {

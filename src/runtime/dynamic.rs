@@ -7,62 +7,17 @@
 //! other stream notices.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, bounded, never, unbounded};
-use serde_json::{Map, Value};
+use crossbeam_channel::{Sender, bounded, never};
 
-use super::control::StreamSlot;
+use super::node::{Command, Prepared, Source, Template};
+use super::slot::StreamSlot;
 use super::{Msg, NodeStats, Shutdown, SourceCtx, panic_message};
 use crate::frame::InputEnd;
-use crate::stages::Source;
-
-/// Makes the source of one added stream: checked when the stream is asked
-/// for, built (and connected) on the stream's own thread.
-pub struct Prepared {
-    /// The input as shown (credentials masked).
-    pub shown: String,
-    /// Whether readiness waits for this stream while it is down.
-    pub required: bool,
-    /// Build the source (may take a while: an RTSP camera is connected here).
-    pub build: Box<dyn FnOnce() -> Result<Box<dyn Source>, String> + Send>,
-}
-
-/// Checks an added stream's settings (`id`, then the keys the template
-/// allows) and prepares its source; `Err` says what to fix.
-pub type Prepare = Box<dyn Fn(&str, &Map<String, Value>) -> Result<Prepared, String> + Send + Sync>;
-
-/// What the API asks of a template's node.
-pub(crate) enum Command {
-    Start(Arc<StreamSlot>, Prepared),
-}
-
-/// A source template: its name, the keys added streams may set, and the way
-/// to its node.
-pub struct Template {
-    pub source: String,
-    pub kind: &'static str,
-    pub allow: Vec<String>,
-    /// The most streams of this template listed at once (`max_streams`; `None`: only the pipeline's limit).
-    pub max_streams: Option<usize>,
-    pub(crate) prepare: Prepare,
-    tx: Sender<Command>,
-    rx: Mutex<Option<Receiver<Command>>>,
-}
-
-impl Template {
-    pub fn new(source: String, kind: &'static str, allow: Vec<String>, max_streams: Option<usize>, prepare: Prepare) -> Arc<Self> {
-        let (tx, rx) = unbounded();
-        Arc::new(Template { source, kind, allow, max_streams, prepare, tx, rx: Mutex::new(Some(rx)) })
-    }
-
-    pub(crate) fn send(&self, c: Command) -> bool {
-        self.tx.send(c).is_ok()
-    }
-}
 
 /// The node of a template: no stream of its own, one worker per added stream.
 pub struct DynamicSource {

@@ -5,9 +5,11 @@ pub mod added;
 pub mod control;
 pub mod dynamic;
 pub mod ends;
+pub mod node;
 pub mod report;
 pub mod request;
 pub mod results;
+pub mod slot;
 pub mod stats;
 pub mod trace;
 
@@ -22,9 +24,9 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
 use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken, Ticket};
 use crate::graph::Graph;
-use crate::stages::{Body, StageError};
 pub use control::Control;
 pub use ends::StreamEnds;
+use node::{Body, StageError};
 pub use report::{InputLog, RunReport};
 pub use results::ResultsHub;
 pub use stats::{NodeStats, StreamEvent};
@@ -708,7 +710,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 /// Run a source until it is done, starting it again as its `restart` policy
 /// says (with backoff); the error it ended with, if any.
 fn drive_source(
-    src: &mut Box<dyn crate::stages::Source>,
+    src: &mut Box<dyn node::Source>,
     ctx: &mut SourceCtx<'_>,
     st: &NodeStats,
     restart: (crate::config::Restart, Option<u32>, Duration),
@@ -1016,9 +1018,7 @@ fn run_node(
                     Ok(Ok(())) => {
                         let _ = st.first_out.set(t1);
                         if let Some(hub) = &links.results {
-                            hub.publish(&frame.stream, results::ResultKind::Frame, || {
-                                crate::stages::sinks::ndjson::frame_json_string(&frame)
-                            });
+                            hub.publish(&frame.stream, results::ResultKind::Frame, || crate::frame::json::frame_json_string(&frame));
                         }
                         if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {
                             hub.deliver(&frame);

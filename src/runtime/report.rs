@@ -125,7 +125,7 @@ pub struct RunReport {
     pub tracks_ended: Vec<(String, u64)>,
     /// `serve`: the streams added at run time (how many, which failed, their first results).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub streams: Option<super::added::StreamsReport>,
+    pub streams: Option<StreamsReport>,
 }
 
 /// One count of an `analytics` stage: `what` is `in` or `out` for a line,
@@ -484,6 +484,62 @@ impl RunReport {
         s.push_str(&self.counts_lines());
         let _ = writeln!(s, "{}", self.accounting_line());
         let _ = write!(s, "wall {:.2} s, {:.2} frames/s through the pipeline", self.wall_seconds, self.fps());
+        s
+    }
+}
+
+/// Failed streams named one by one in the summary (the most recent); older ones are only counted.
+pub const LISTED_FAILED_STREAMS: usize = 64;
+
+/// A stream that failed, and why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FailedStream {
+    pub id: String,
+    /// Its template.
+    pub source: String,
+    /// Why (credentials masked).
+    pub error: String,
+}
+
+/// The added streams of a run, in the report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamsReport {
+    /// Streams added over the run (removed ones included).
+    pub added: u64,
+    /// Of them, failed (their source could not start, gave up, or the camera refused the credentials).
+    pub failed: u64,
+    /// Of them, no result ever reached a sink.
+    pub without_result: u64,
+    /// The failed streams, the most recent [`LISTED_FAILED_STREAMS`], in the order they were recorded.
+    pub failed_streams: Vec<FailedStream>,
+    /// From each stream's `POST` to its first result, over the streams that had one.
+    pub first_result_ms: Option<Latency>,
+}
+
+impl StreamsReport {
+    /// The summary's lines (none when no stream was added).
+    pub fn lines(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        if self.added == 0 {
+            return s;
+        }
+        let _ = write!(s, "added streams: {}, failed {}, without a result {}", self.added, self.failed, self.without_result);
+        if let Some(l) = &self.first_result_ms {
+            let _ = write!(
+                s,
+                "; first result after adding: p50 {:.0} ms, p95 {:.0} ms, max {:.0} ms ({} stream(s))",
+                l.p50, l.p95, l.max, l.count
+            );
+        }
+        s.push('\n');
+        let unlisted = self.failed.saturating_sub(self.failed_streams.len() as u64);
+        if unlisted > 0 {
+            let _ = writeln!(s, "  failed: {unlisted} earlier stream(s) not listed");
+        }
+        for f in &self.failed_streams {
+            let _ = writeln!(s, "  failed: `{}` ({}): {}", f.id, f.source, f.error);
+        }
         s
     }
 }

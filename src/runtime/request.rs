@@ -82,7 +82,7 @@ impl Reply {
             }
         }
         let (width, height) = frame.image.as_ref().map_or((0, 0), |i| (i.width, i.height));
-        Reply { id: frame.seq, json: crate::stages::sinks::ndjson::frame_json(frame), boxes, width, height }
+        Reply { id: frame.seq, json: crate::frame::json::frame_json(frame), boxes, width, height }
     }
 }
 

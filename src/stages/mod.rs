@@ -17,130 +17,13 @@ pub mod sources;
 pub mod track;
 pub mod vad;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::ort::{IoInfo, OrtRuntime};
+use crate::backend::ort::OrtRuntime;
 use crate::config::{Diagnostic, Diagnostics, NodeKind, PipelineConfig};
-use crate::frame::{Event, Frame};
 use crate::graph::Graph;
-use crate::runtime::SourceCtx;
-
-/// How a stage failed on one frame.
-#[derive(Debug, thiserror::Error)]
-pub enum StageError {
-    /// This frame failed; the next one may succeed (handled by `on_error`).
-    #[error("{0}")]
-    Frame(String),
-    /// The stage cannot go on (always stops the pipeline).
-    #[error("{0}")]
-    Fatal(String),
-}
-
-/// Produces frames until its input ends or the pipeline stops.
-pub trait Source: Send {
-    /// Frames expected in total, when known (progress bar, ETA).
-    fn expected_frames(&self) -> Option<u64> {
-        None
-    }
-    /// A live source (camera) defaults its queues to `drop_oldest`.
-    fn is_live(&self) -> bool {
-        false
-    }
-    /// Whether `/readyz` waits for this source's stream while it is lost.
-    fn required(&self) -> bool {
-        true
-    }
-    /// One line for the start-up log.
-    fn describe(&self) -> String;
-    /// How this source decodes, for the summary (video files).
-    fn decode(&self) -> Option<String> {
-        None
-    }
-    fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String>;
-    /// Done for good (its `max_frames` reached): not started again.
-    fn exhausted(&self) -> bool {
-        false
-    }
-    /// Get ready to run again from the start of the input (`restart`):
-    /// reopen it. Frame numbers go on from where they were.
-    fn reopen(&mut self) -> Result<(), String> {
-        Err("this kind of source cannot start again".into())
-    }
-    /// A request source: the handle a service submits pictures through (the
-    /// runtime answers them from the sinks).
-    fn request_hub(&self) -> Option<crate::runtime::request::RequestHub> {
-        None
-    }
-    /// A template of streams added at run time (`dynamic = true`): how to add them.
-    fn template(&self) -> Option<Arc<crate::runtime::dynamic::Template>> {
-        None
-    }
-}
-
-/// One frame in, the same frame out with a result attached.
-pub trait Stage: Send {
-    fn process(&mut self, frame: &mut Frame) -> Result<(), StageError>;
-    fn describe(&self) -> String;
-    /// `(max frames, longest wait for the oldest)` when this stage takes frames in batches.
-    fn batching(&self) -> Option<(usize, std::time::Duration)> {
-        None
-    }
-    /// Process a batch (default: one frame at a time). One result per frame, in order.
-    fn process_batch(&mut self, frames: &mut [Frame]) -> Vec<Result<(), StageError>> {
-        frames.iter_mut().map(|f| self.process(f)).collect()
-    }
-    /// The execution provider in use, with any fallback, for the summary.
-    fn provider(&self) -> Option<String> {
-        None
-    }
-    /// The input has ended (every stream of it): events still due, sent
-    /// after the last frame (tracks still alive end with the stream).
-    fn finish(&mut self) -> Vec<Event> {
-        Vec::new()
-    }
-}
-
-/// Consumes frames; `finish` flushes and closes.
-pub trait Sink: Send {
-    fn write(&mut self, frame: &Frame) -> Result<(), StageError>;
-    /// A stream event (camera lost, reconnected), in order with the frames. Default: ignored.
-    fn event(&mut self, _event: &Event) -> Result<(), String> {
-        Ok(())
-    }
-    fn finish(&mut self) -> Result<(), String>;
-    fn describe(&self) -> String;
-    /// A stream has ended and every frame of it has been written here: flush
-    /// and close what belongs to it alone (per-stream files, open cues).
-    fn end_stream(&mut self, _stream: &str) -> Result<(), String> {
-        Ok(())
-    }
-    /// Outputs to servers, after `finish`: times a server went away, times it
-    /// came back, and frames not delivered meanwhile. Default: none.
-    fn output_losses(&self) -> OutputLosses {
-        OutputLosses::default()
-    }
-    /// Message-bus sinks: their live delivery counters (summary, report, `/metrics`).
-    fn delivery(&self) -> Option<Arc<crate::bus::Delivery>> {
-        None
-    }
-}
-
-/// What a sink's server outputs lost during a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OutputLosses {
-    pub lost: u64,
-    pub reconnects: u64,
-    pub undelivered: u64,
-}
-
-/// A built node body.
-pub enum Body {
-    Source(Box<dyn Source>),
-    Stage(Box<dyn Stage>),
-    Sink(Box<dyn Sink>),
-}
+pub use crate::runtime::node::{Body, OutputLosses, Sink, Source, Stage, StageError};
 
 /// What building needs beyond the config.
 #[derive(Debug, Clone, Default)]
@@ -269,8 +152,7 @@ fn gate_in_preprocess(cfg: &PipelineConfig, graph: &Graph, i: usize) -> Option<u
     }
 }
 
-/// Models' declared inputs and outputs, per infer node.
-pub type ModelIo = HashMap<String, (Vec<IoInfo>, Vec<IoInfo>)>;
+pub use crate::graph::ModelIo;
 
 /// Build every node. All errors are collected.
 pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result<(Vec<Body>, ModelIo), Diagnostics> {

@@ -159,7 +159,7 @@ pub struct KafkaSink {
 /// The body (into `body`) and id of a frame's message: the frame JSON with `"run"`.
 pub fn frame_message(run: &RunId, frame: &Frame, body: &mut Vec<u8>) -> Result<String, serde_json::Error> {
     body.clear();
-    serde_json::to_writer(&mut *body, &super::ndjson::FrameLine::of(frame).in_run(run.as_str()))?;
+    serde_json::to_writer(&mut *body, &crate::frame::json::FrameLine::of(frame).in_run(run.as_str()))?;
     Ok(crate::bus::identity::frame_id(run, &frame.stream, frame.seq))
 }
 

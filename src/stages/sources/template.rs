@@ -10,7 +10,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::config::{Diagnostic, NodeConfig, NodeKind, PipelineConfig, is_url, mask_credentials};
-use crate::runtime::dynamic::{DynamicSource, Prepared, Template};
+use crate::runtime::dynamic::DynamicSource;
+use crate::runtime::node::{Prepared, Template};
 use crate::stages::Source;
 
 use super::uri_rules::UriRules;
