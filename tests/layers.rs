@@ -1,5 +1,6 @@
 //! The house's shape, read from its own source with `syn`: no import circle
-//! between files of different modules.
+//! between files of different modules, and no source file past the size a
+//! reader can hold ([`MAX_LINES`]).
 //!
 //! A module is a file (`src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). A file
 //! imports another when it names a path into it: a `use` (`crate::`,
@@ -19,6 +20,11 @@ use proc_macro2::{TokenStream, TokenTree};
 use syn::visit::Visit;
 
 type Module = Vec<String>;
+
+/// The most lines a file under `src/` may have: past it, split by concern
+/// (a module's long tests go in a file of their own).
+const MAX_LINES: usize = 800;
+
 /// A crate's modules and their files.
 type Files = Vec<(Module, PathBuf)>;
 
@@ -309,4 +315,19 @@ fn the_checker_finds_a_circle() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("a -> b") && found[0].contains("b -> a"), "{}", found[0]);
     assert_eq!(edges[&m("c")], BTreeSet::from([m("a")]), "super:: resolves; test modules are left out");
+}
+
+#[test]
+fn no_source_file_past_max_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut long: Vec<String> = files
+        .iter()
+        .filter_map(|p| {
+            let n = std::fs::read_to_string(p).unwrap().lines().count();
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", p.strip_prefix(src()).unwrap().display()))
+        })
+        .collect();
+    long.sort();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: split them by concern:\n{}", long.join("\n"));
 }
