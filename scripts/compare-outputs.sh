@@ -20,6 +20,10 @@ cd "$(dirname "$0")/.."
 [[ $# -eq 2 ]] || { echo "usage: $0 BEFORE_BIN AFTER_BIN" >&2; exit 2; }
 before=$(realpath "$1") after=$(realpath "$2")
 FRAMES=${FRAMES:-90}
+# One ONNX Runtime for both (each build's default is its own checkout's).
+if [[ -z ${ORT_DYLIB_PATH:-} && -e .deps/onnxruntime/libonnxruntime.so ]]; then
+  export ORT_DYLIB_PATH=$PWD/.deps/onnxruntime/libonnxruntime.so
+fi
 # Live or outside inputs and outputs: validated only.
 live='^(rtsp|kafka|kafka-jobs|mqtt|push-rtmp|serve|serve-infer|stdin|stdin-raw|vad-stdin|video-stdout|container|container-live|gpu|gstreamer)$'
 

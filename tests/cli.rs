@@ -483,20 +483,6 @@ fn doctor_states_what_this_machine_has() {
     assert!(text.contains("=> inference: none: ONNX Runtime could not be loaded"), "{text}");
 }
 
-/// Levenshtein distance in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 /// Character error rate of the OCR pipeline on `input` (default: the eval
 /// clip) against the eval clip's truth; `turned`: the clip was turned 180°.
 fn ocr_cer(input: Option<&std::path::Path>, turned: bool, frames: usize) -> (f64, String) {
@@ -548,7 +534,7 @@ fn ocr_cer(input: Option<&std::path::Path>, turned: bool, frames: usize) -> (f64
                 .collect();
             parts.sort_by(|a, b| if turned { b.0[0].total_cmp(&a.0[0]) } else { a.0[0].total_cmp(&b.0[0]) });
             let read = parts.iter().map(|g| g.1.as_str()).collect::<Vec<_>>().join(" ");
-            errors += edit_distance(want, &read);
+            errors += strsim::levenshtein(want, &read);
             chars += want.chars().count();
         }
         spurious += got.iter().filter(|g| seg["boxes"].as_array().unwrap().iter().all(|b| iou(&truth_box(b), &g.0) < 0.1)).count();

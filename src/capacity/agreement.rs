@@ -165,20 +165,6 @@ pub fn match_boxes(a: &[[f64; 4]], b: &[[f64; 4]], min_iou: f64, same: impl Fn(u
     pairs
 }
 
-/// Levenshtein distance over characters.
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 fn items<'a>(v: Option<&'a Value>, key: &str) -> Vec<&'a Value> {
     v.and_then(|v| v.get(key)).and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default()
 }
@@ -295,7 +281,7 @@ pub fn agree(a: &Results, b: &Results, na: &str, nb: &str, kind: Kind) -> KindAg
             };
             for k in &frames {
                 let (ta, tb) = (text(&get(a, na, k)), text(&get(b, nb, k)));
-                let d = edit_distance(&ta, &tb);
+                let d = strsim::levenshtein(&ta, &tb);
                 let n = ta.chars().count();
                 dist += d;
                 chars_a += n;
@@ -393,13 +379,6 @@ mod tests {
         let m = match_boxes(&[[0.0, 0.0, 10.0, 10.0], [20.0, 0.0, 30.0, 10.0]], &[[21.0, 0.0, 31.0, 10.0]], 0.5, |_, _| true);
         assert_eq!(m.len(), 1);
         assert_eq!((m[0].0, m[0].1), (1, 0));
-    }
-
-    #[test]
-    fn cer_counts_edits() {
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "ab"), 2);
-        assert_eq!(edit_distance("same", "same"), 0);
     }
 
     #[test]
