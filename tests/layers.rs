@@ -21,6 +21,28 @@ use syn::visit::Visit;
 
 type Module = Vec<String>;
 
+/// The library's top-level modules by floor (docs/development.md, "Layout"):
+/// a module imports from its own floor or below, never from above.
+const FLOORS: &[(&str, u8)] = &[
+    ("track", 0),
+    ("config", 1),
+    ("features", 1),
+    ("frame", 2),
+    ("backend", 2),
+    ("analytics", 2),
+    ("gating", 2),
+    ("graph", 3),
+    ("bus", 3),
+    ("runtime", 4),
+    ("metrics", 4),
+    ("stages", 5),
+    ("bench", 6),
+    ("capacity", 6),
+    ("doctor", 6),
+    ("gpu_check", 6),
+    ("api", 6),
+];
+
 /// The most lines a file under `src/` may have: past it, split by concern
 /// (a module's long tests go in a file of their own).
 const MAX_LINES: usize = 800;
@@ -330,4 +352,27 @@ fn no_source_file_past_max_lines() {
         .collect();
     long.sort();
     assert!(long.is_empty(), "files over {MAX_LINES} lines: split them by concern:\n{}", long.join("\n"));
+}
+
+#[test]
+fn no_import_from_a_floor_above() {
+    let (lib, _) = crates();
+    let floor = |m: &Module| m.first().map(|top| FLOORS.iter().find(|(n, _)| n == top).map(|(_, f)| *f));
+    let mut wrong = Vec::new();
+    for m in lib.iter().map(|(m, _)| m) {
+        if let Some(None) = floor(m) {
+            wrong.push(format!("{}: a top-level module with no floor: add it to FLOORS and docs/development.md", show(m)));
+        }
+    }
+    wrong.dedup();
+    for (a, targets) in imports(&lib) {
+        for b in targets {
+            if let (Some(Some(fa)), Some(Some(fb))) = (floor(&a), floor(&b))
+                && fb > fa
+            {
+                wrong.push(format!("{} (floor {fa}) imports {} (floor {fb})", show(&a), show(&b)));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
