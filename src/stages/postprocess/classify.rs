@@ -63,8 +63,7 @@ impl Stage for Classification {
             return Ok(());
         }
         let regions: Option<Vec<[f32; 4]>> = frame.crops().map(|c| c.regions.iter().map(|r| r.bbox).collect());
-        let out =
-            frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into()))?;
+        let out = super::outputs(frame)?;
         let mut results = Vec::new();
         if let Some(t) = out.get(self.cfg.output.as_ref().map(|s| s.get_ref().as_str())) {
             let n = t.shape.first().copied().unwrap_or(1).max(1);

@@ -88,9 +88,9 @@ impl Stage for TextRecognition {
         let regions = &crops.regions;
         let mut lines = Vec::with_capacity(regions.len());
         if !regions.is_empty() {
-            let out = frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame".into()))?;
+            let out = super::outputs(frame)?;
             let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());
-            let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
+            let t = super::output(out, want)?;
             let (n, steps, classes) = match t.shape.as_slice() {
                 [n, s, c] => (*n, *s, *c),
                 s => return Err(StageError::Frame(format!("recogniser output must be [N, T, C], got {s:?}"))),

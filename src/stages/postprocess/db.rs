@@ -147,10 +147,9 @@ impl Stage for TextDetection {
         if frame.predicted() {
             return Ok(());
         }
-        let out =
-            frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into()))?;
+        let out = super::outputs(frame)?;
         let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());
-        let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
+        let t = super::output(out, want)?;
         let (h, w) = match t.shape.as_slice() {
             [1, 1, h, w] => (*h, *w),
             s => {

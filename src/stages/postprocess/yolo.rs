@@ -142,10 +142,9 @@ impl Stage for Yolo {
         if frame.predicted() {
             return Ok(());
         }
-        let out =
-            frame.model_outputs().ok_or_else(|| StageError::Frame("no model outputs on the frame (is an infer stage upstream?)".into()))?;
+        let out = super::outputs(frame)?;
         let want = self.cfg.output.as_ref().map(|s| s.get_ref().as_str());
-        let t = out.get(want).ok_or_else(|| StageError::Frame(format!("model output `{}` not found", want.unwrap_or("0"))))?;
+        let t = super::output(out, want)?;
         let lb = out.letterbox.ok_or_else(|| StageError::Frame("model outputs carry no letterbox (the model ran on crops)".into()))?;
         let objects = self.objects(&t.data, &t.shape, &lb).map_err(StageError::Frame)?;
         let found: Vec<[f32; 4]> = objects.iter().map(|o| o.bbox).collect();
