@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use crate::analytics::{Analytics, Places, Seen};
-use crate::config::AnalyticsConfig;
+use crate::config::{AnalyticsConfig, Diagnostic};
 use crate::frame::{Event, Frame, Payload, PlacesView, TrackRef};
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 use crate::track::TrackState;
 
 pub struct AnalyticsStage {
@@ -54,5 +55,11 @@ impl Stage for AnalyticsStage {
 
     fn describe(&self) -> String {
         format!("{} line(s), {} zone(s), margin {} px", self.places.lines.len(), self.places.zones.len(), self.places.margin)
+    }
+}
+
+impl Build for AnalyticsConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Stage(Box::new(AnalyticsStage::new(cx.name.clone(), self))))
     }
 }

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use ffmpeg_next::format::Pixel;
 
 use crate::backend::ffmpeg::sws_flags;
-use crate::config::{ChannelOrder, CropConfig, Interpolation};
+use crate::config::{ChannelOrder, CropConfig, Diagnostic, Interpolation};
 use crate::frame::{CropBatch, Frame, Payload, Pool, PoolBuf, Tensor, TextBox};
+use crate::stages::build::{Build, BuildCtx};
 use crate::stages::postprocess::geometry::Pt;
 use crate::stages::preprocess::NormTable;
 use crate::stages::scalers::Scalers;
-use crate::stages::{Stage, StageError};
+use crate::stages::{Body, Stage, StageError};
 
 /// The projective map taking the rectangle (0,0)-(w,h) onto `quad` (corners clockwise from top-left).
 #[derive(Debug, Clone, Copy)]
@@ -306,6 +307,12 @@ impl Stage for Crop {
             Payload::Crops(CropBatch { tensor: Tensor { shape, data }, regions, track_ids, reused, ended, inside, reread }),
         );
         Ok(())
+    }
+}
+
+impl Build for CropConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Stage(Box::new(Crop::new(cx.name.clone(), self, cx.pool_size))))
     }
 }
 

@@ -6,10 +6,11 @@ use std::time::Instant;
 use ort::value::TensorRef;
 
 use crate::backend::ort::{BindMemory, Bindings, IoInfo, ModelSession, OrtRuntime, SessionOptions, Src, open_session, stack_on_host};
-use crate::config::{Diagnostic, InferConfig, IoBindingMode, PipelineConfig, ProviderName};
+use crate::config::{Diagnostic, InferConfig, IoBindingMode, NodeKind, PipelineConfig, ProviderName};
 use crate::frame::{Attached, Frame, ModelOutputs, Payload, Pool, Tensor, WorkMode};
 use crate::gating::Gate;
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 
 pub struct Infer {
     name: Arc<str>,
@@ -442,5 +443,22 @@ impl Infer {
         .map_err(StageError::Frame)?;
         self.attach_outputs(frame, ModelOutputs { outputs, letterbox });
         Ok(())
+    }
+}
+
+impl Build for InferConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let (cfg, graph, i) = (cx.cfg, cx.graph, cx.index);
+        let warm = graph.preprocess_shape(cfg, i);
+        let whole_frames = graph.producers[i].iter().all(|&p| matches!(cfg.nodes[p].kind, NodeKind::Preprocess(_)));
+        let mut s = Infer::build(cfg, cx.name.clone(), self, cx.ort()?, warm, whole_frames, cx.pool_size)?;
+        cx.record_model((s.inputs().to_vec(), s.outputs().to_vec()));
+        // Gated here unless the preprocess before it decides (and skips its work too).
+        if cx.gate_in_preprocess(i).is_none()
+            && let Some(g) = Gate::of(self)
+        {
+            s.set_gate(g);
+        }
+        Ok(Body::Stage(Box::new(s)))
     }
 }

@@ -6,10 +6,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::AudioLevelConfig;
+use crate::config::{AudioLevelConfig, Diagnostic};
 use crate::frame::{Frame, Level, Payload, Spans};
+use crate::stages::build::{Build, BuildCtx};
 use crate::stages::vad::Segmenter;
-use crate::stages::{Stage, StageError};
+use crate::stages::{Body, Stage, StageError};
 
 /// Level in dBFS of an amplitude (1.0 = full scale), floored at -120.
 pub fn dbfs(amplitude: f32) -> f32 {
@@ -68,6 +69,12 @@ impl Stage for AudioLevel {
         };
         frame.attach(&self.name, Payload::Level(Level { rms_db, peak_db, loud, spans: Spans { started, ended, segments } }));
         Ok(())
+    }
+}
+
+impl Build for AudioLevelConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Stage(Box::new(AudioLevel::new(cx.name.clone(), self.clone()))))
     }
 }
 

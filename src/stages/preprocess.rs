@@ -9,11 +9,12 @@ use std::sync::Arc;
 use ffmpeg_next::format::Pixel;
 
 use crate::backend::ffmpeg::sws_flags;
-use crate::config::{ChannelOrder, ComputeDevice, Layout, PreprocessConfig, ResizeMode};
+use crate::config::{ChannelOrder, ComputeDevice, Diagnostic, Layout, NodeKind, PreprocessConfig, ResizeMode};
 use crate::frame::convert::{KernelParams, Normalize, SrcFormat};
 use crate::frame::{Frame, Image, Letterbox, ModelInput, Payload, Pool, Tensor};
+use crate::stages::build::{Build, BuildCtx};
 use crate::stages::scalers::Scalers;
-use crate::stages::{Stage, StageError};
+use crate::stages::{Body, Stage, StageError};
 
 /// Per-channel lookup: byte value → normalised float.
 #[derive(Clone)]
@@ -300,6 +301,34 @@ impl Preprocess {
             }),
         );
         Ok(())
+    }
+}
+
+impl Build for PreprocessConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let (cfg, graph, i) = (cx.cfg, cx.graph, cx.index);
+        let mut p = Preprocess::new(cx.name.clone(), self, cx.pool_size).map_err(|e| {
+            let span = self.device.as_ref().map(|d| d.span()).unwrap_or(self.width.span());
+            cfg.diag(span, format!("stage `{}`: device = \"cuda\": {e}", cx.name)).with_help(
+                "use device = \"auto\" (the GPU for NVDEC frames only) or \"cpu\"; `infer-stream doctor` says what this machine has",
+            )
+        })?;
+        // Keep the tensors on the GPU when every consumer runs its model there.
+        let gpu_consumers = !graph.consumers[i].is_empty()
+            && graph.consumers[i].iter().all(|&n| {
+                matches!(&cfg.nodes[n].kind, NodeKind::Infer(ic)
+                    if ic.providers.get_ref().first().is_some_and(|p| p.name != crate::config::ProviderName::Cpu))
+            });
+        p.keep_on_device(gpu_consumers);
+        // The gate of the one infer stage this preprocess feeds decides here.
+        if let [c] = graph.consumers[i][..]
+            && cx.gate_in_preprocess(c) == Some(i)
+            && let NodeKind::Infer(ic) = &cfg.nodes[c].kind
+            && let Some(g) = crate::gating::Gate::of(ic)
+        {
+            p.set_gate(g);
+        }
+        Ok(Body::Stage(Box::new(p)))
     }
 }
 

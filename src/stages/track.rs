@@ -9,9 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::TrackConfig;
+use crate::config::{Diagnostic, TrackConfig};
 use crate::frame::{Event, EventKind, Frame, Payload, TrackRef, TrackedObject, Tracks};
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 use crate::track::{ByteTracker, Detection, Params};
 
 pub struct Track {
@@ -182,4 +183,10 @@ impl Lifetimes {
 
 fn duration(first: (u64, Option<f64>), last: (u64, Option<f64>)) -> Option<u64> {
     Some((last.1? - first.1?).max(0.0).round() as u64)
+}
+
+impl Build for TrackConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Stage(Box::new(Track::new(cx.name.clone(), self))))
+    }
 }

@@ -13,7 +13,8 @@ use ort::value::{Tensor, TensorRef};
 use crate::backend::ort::{ModelSession, OrtRuntime, SessionOptions, open_session};
 use crate::config::{Diagnostic, PipelineConfig, VadConfig};
 use crate::frame::{Frame, Payload, Spans, Speech, SpeechSegment};
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 
 /// Hysteresis over window probabilities, in samples.
 #[derive(Debug, Clone)]
@@ -201,6 +202,12 @@ impl Stage for Vad {
         };
         frame.attach(&self.name, Payload::Speech(Speech { probability: p, spans: Spans { started, ended, segments } }));
         Ok(())
+    }
+}
+
+impl Build for VadConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Vad::build(cx.cfg, cx.name.clone(), self, cx.ort()?).map(|s| Body::Stage(Box::new(s)))
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::config::ClassificationConfig;
+use crate::config::{ClassificationConfig, Diagnostic};
 use crate::frame::{ClassScore, Classified, Frame, Payload};
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 
 /// Softmax in place (numerically stable).
 pub fn softmax(v: &mut [f32]) {
@@ -84,6 +85,13 @@ impl Stage for Classification {
         }
         frame.attach(&self.name, Payload::Classes(results));
         Ok(())
+    }
+}
+
+impl Build for ClassificationConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let labels = cx.labels(self.labels.as_ref())?;
+        Ok(Body::Stage(Box::new(Classification::new(cx.name.clone(), self.clone(), labels))))
     }
 }
 

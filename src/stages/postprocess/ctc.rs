@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::config::TextRecognitionConfig;
+use crate::config::{Diagnostic, TextRecognitionConfig};
 use crate::frame::{Frame, Payload, TextLine};
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 
 /// Class index → character: `blank` is the CTC blank, the classes after it are
 /// the dictionary in order, and one more class (if the model has it) is a space.
@@ -142,6 +143,33 @@ impl Stage for TextRecognition {
         }
         frame.attach(&self.name, Payload::Texts(lines));
         Ok(())
+    }
+}
+
+impl Build for TextRecognitionConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let charset = charset(cx, self)?;
+        Ok(Body::Stage(Box::new(TextRecognition::new(cx.name.clone(), self.clone(), charset))))
+    }
+}
+
+/// The recogniser's characters: the `dictionary` file, else the `character`
+/// metadata of the model in the infer stage feeding it.
+fn charset(cx: &BuildCtx<'_>, c: &TextRecognitionConfig) -> Result<Charset, Diagnostic> {
+    let node = cx.node;
+    if let Some(d) = &c.dictionary {
+        return Ok(Charset::new(&cx.read_listed(d, "dictionary")?, c.blank));
+    }
+    match cx.upstream_metadata("character")? {
+        Some((_, Some(chars))) => Ok(Charset::new(&chars, c.blank)),
+        Some((model, None)) => Err(cx
+            .cfg
+            .diag(node.kind_span.clone(), format!("model {} has no `character` metadata", model.get_ref()))
+            .with_help("set `dictionary = \"keys.txt\"` (one character per line)")),
+        None => Err(cx
+            .cfg
+            .diag(node.kind_span.clone(), format!("text_recognition `{}` has no dictionary", node.name))
+            .with_help("set `dictionary = \"keys.txt\"`, or feed it an infer stage whose model has `character` metadata")),
     }
 }
 

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use super::geometry::{Pt, convex_hull, in_convex, min_area_rect};
-use crate::config::TextDetectionConfig;
+use crate::config::{Diagnostic, TextDetectionConfig};
 use crate::frame::{Frame, Letterbox, Payload, TextBox};
 use crate::gating::carry::CarryCheck;
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 
 /// Reusable scratch space so steady-state frames do not allocate maps.
 #[derive(Default)]
@@ -166,6 +167,12 @@ impl Stage for TextDetection {
         }
         frame.attach(&self.name, Payload::TextBoxes(boxes));
         Ok(())
+    }
+}
+
+impl Build for TextDetectionConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Stage(Box::new(TextDetection::new(cx.name.clone(), self.clone()))))
     }
 }
 

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use super::nms::{Detection, nms};
-use crate::config::{DetectionConfig, YoloFormat};
+use crate::config::{DetectionConfig, Diagnostic, YoloFormat};
 use crate::frame::{Frame, Letterbox, Object, Payload};
 use crate::gating::carry::CarryCheck;
-use crate::stages::{Stage, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Stage, StageError};
 
 /// Which layout a `[B, a, b]` output has.
 pub fn resolve_format(format: YoloFormat, dims: &[usize]) -> Result<YoloFormat, String> {
@@ -63,24 +64,6 @@ pub fn candidates(data: &[f32], a: usize, b: usize, format: YoloFormat, confiden
         YoloFormat::Auto => unreachable!("resolved before"),
     }
     Ok(out)
-}
-
-/// Parse ultralytics' `names` metadata (`{0: 'person', 1: 'bicycle', ...}`).
-pub fn parse_names(meta: &str) -> Vec<String> {
-    let mut names: Vec<(usize, String)> = Vec::new();
-    let mut rest = meta.trim().trim_start_matches('{').trim_end_matches('}');
-    while let Some(colon) = rest.find(':') {
-        let key = rest[..colon].trim().trim_start_matches(',').trim();
-        let after = rest[colon + 1..].trim_start();
-        let Some(q) = after.chars().next().filter(|c| *c == '\'' || *c == '"') else { break };
-        let Some(end) = after[1..].find(q) else { break };
-        if let Ok(k) = key.parse() {
-            names.push((k, after[1..1 + end].to_string()));
-        }
-        rest = &after[end + 2..];
-    }
-    names.sort();
-    names.into_iter().map(|(_, n)| n).collect()
 }
 
 pub struct Yolo {
@@ -156,9 +139,17 @@ impl Stage for Yolo {
     }
 }
 
+impl Build for DetectionConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let names = cx.labels(self.labels.as_ref())?;
+        Ok(Body::Stage(Box::new(Yolo::new(cx.name.clone(), self.clone(), names))))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stages::postprocess::parse_names;
 
     #[test]
     fn parses_ultralytics_names() {

@@ -11,8 +11,9 @@ use super::draw;
 use crate::backend::ffmpeg::sws_flags;
 use crate::config::{Diagnostic, ImageFormat, ImagesSinkConfig, Interpolation, PipelineConfig};
 use crate::frame::Frame;
+use crate::stages::build::{Build, BuildCtx};
 use crate::stages::scalers::Scalers;
-use crate::stages::{Sink, StageError};
+use crate::stages::{Body, Sink, StageError};
 
 /// The snapshot file name for frame `seq` of `stream`: `STREAM-SEQ.ext`, with
 /// the stream named as every other per-stream output names it
@@ -101,6 +102,12 @@ impl Sink for Images {
     fn finish(&mut self) -> Result<(), String> {
         tracing::debug!("{}: {} images", self.folder.display(), self.written);
         Ok(())
+    }
+}
+
+impl Build for ImagesSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Images::build(cx.cfg, cx.name.clone(), self).map(|s| Body::Sink(Box::new(s)))
     }
 }
 

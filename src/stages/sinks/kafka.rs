@@ -27,7 +27,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use crate::bus::{Delivery, Limits, Message, Note, Outbox, RunId, Transport};
 use crate::config::{Diagnostic, KafkaAcks, KafkaCompression, KafkaSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
 use crate::frame::{Event, Frame};
-use crate::stages::{Sink, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Sink, StageError};
 
 /// Delivery reports and client errors, from librdkafka's threads to the outbox.
 struct Reports {
@@ -333,5 +334,11 @@ impl Sink for KafkaSink {
 
     fn delivery(&self) -> Option<Arc<Delivery>> {
         Some(self.outbox.stats().clone())
+    }
+}
+
+impl Build for KafkaSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        KafkaSink::build(cx.cfg, cx.node, self, cx.run).map(|s| Body::Sink(Box::new(s)))
     }
 }

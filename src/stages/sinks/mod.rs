@@ -15,7 +15,10 @@ use super::{Sink, StageError};
 
 pub use crate::config::paths::{stream_file_name, stream_path};
 
+use crate::config::{Diagnostic, NullSinkConfig};
 use crate::frame::Frame;
+use crate::stages::Body;
+use crate::stages::build::{Build, BuildCtx};
 
 /// Create the folder of a `{stream}` path template now, so an unwritable one
 /// fails before the run (the graph check has made sure `{stream}` is only in
@@ -43,5 +46,12 @@ impl Sink for NullSink {
     }
     fn describe(&self) -> String {
         "null".into()
+    }
+}
+
+impl Build for NullSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let _ = cx;
+        Ok(Body::Sink(Box::new(NullSink)))
     }
 }

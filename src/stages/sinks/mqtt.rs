@@ -25,7 +25,8 @@ use rumqttc::{AsyncClient, Event, EventLoop, LastWill, MqttOptions, Outgoing, Pa
 use crate::bus::{Delivery, Limits, Message, Note, Outbox, RunId, Transport};
 use crate::config::{Diagnostic, MqttSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
 use crate::frame::{Event as StreamEvent, Frame};
-use crate::stages::{Sink, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Sink, StageError};
 
 /// Requests that may wait in rumqttc's channel; the driver publishes no more than this ahead.
 const CHANNEL: usize = 512;
@@ -354,6 +355,12 @@ impl Sink for MqttSink {
 
     fn delivery(&self) -> Option<Arc<Delivery>> {
         Some(self.outbox.stats().clone())
+    }
+}
+
+impl Build for MqttSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        MqttSink::build(cx.cfg, cx.node, self, cx.run).map(|s| Body::Sink(Box::new(s)))
     }
 }
 

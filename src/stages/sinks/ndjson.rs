@@ -17,7 +17,8 @@ use std::sync::Arc;
 use super::stream_path;
 use crate::config::{Diagnostic, NdjsonSinkConfig, PipelineConfig};
 use crate::frame::{Event, Frame};
-use crate::stages::{Sink, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Sink, StageError};
 
 enum Out {
     File(File),
@@ -167,6 +168,12 @@ impl Sink for NdjsonSink {
         .map_err(|e| format!("closing {}: {e}", self.path.display()))?;
         tracing::debug!("{}: {} lines", self.path.display(), self.lines);
         Ok(())
+    }
+}
+
+impl Build for NdjsonSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        NdjsonSink::build(cx.cfg, self).map(|s| Body::Sink(Box::new(s)))
     }
 }
 

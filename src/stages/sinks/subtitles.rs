@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use crate::config::{Diagnostic, PipelineConfig, SubtitleFormat, SubtitlesSinkConfig};
 use crate::frame::{Frame, Payload};
-use crate::stages::{Sink, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Sink, StageError};
 
 /// `HH:MM:SS,mmm` (SRT) or `HH:MM:SS.mmm` (WebVTT).
 pub fn timestamp(seconds: f64, format: SubtitleFormat) -> String {
@@ -201,6 +202,12 @@ impl Sink for Subtitles {
             r = r.and(out.close());
         }
         r
+    }
+}
+
+impl Build for SubtitlesSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Subtitles::build(cx.cfg, self).map(|s| Body::Sink(Box::new(s)))
     }
 }
 

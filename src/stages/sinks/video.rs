@@ -32,7 +32,8 @@ use crate::config::{Diagnostic, Interpolation, PipelineConfig, VideoContainer, V
 #[cfg(feature = "cuda")]
 use crate::frame::Storage;
 use crate::frame::{ColorInfo, Frame, Image, Pool};
-use crate::stages::{OutputLosses, Sink, StageError};
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, OutputLosses, Sink, StageError};
 
 /// One output file (or stdout, or server) for one stream.
 struct Output {
@@ -569,6 +570,16 @@ impl Sink for VideoSink {
             all.undelivered += link.dropped;
         }
         all
+    }
+}
+
+impl Build for VideoSinkConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        let streams: Vec<&str> = crate::graph::upstream_sources(cx.cfg, &cx.graph.producers, cx.index)
+            .into_iter()
+            .map(|j| cx.cfg.nodes[j].name.as_str())
+            .collect();
+        VideoSink::build(cx.cfg, &cx.node.name, self, &streams).map(|s| Body::Sink(Box::new(s)))
     }
 }
 

@@ -8,9 +8,10 @@ use crate::backend::ffmpeg::{AudioDecoder, FfmpegError, InputOptions};
 use crate::config::{AudioSourceConfig, Diagnostic, NodeConfig, PipelineConfig};
 use crate::frame::{AudioChunk, Pool};
 use crate::runtime::{Shutdown, SourceCtx};
-use crate::stages::Source;
+use crate::stages::{Body, Source};
 
 use super::{Built, StoppedAtOpen};
+use crate::stages::build::{Build, BuildCtx};
 
 /// Cuts a decoder's samples into windows of `window` samples every `hop`,
 /// each stamped with its first sample's index; the stream's last window is
@@ -166,5 +167,11 @@ impl Source for AudioSource {
             }
             None => Ok(()),
         }
+    }
+}
+
+impl Build for AudioSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        AudioSource::build(cx.cfg, cx.node, self, cx.pool_size, cx.max_frames(), cx.opts.shutdown.as_ref()).map(|s| Body::Source(s.boxed()))
     }
 }

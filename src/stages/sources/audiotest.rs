@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::AudioTestSrcConfig;
+use crate::config::{AudioTestSrcConfig, Diagnostic};
 use crate::frame::{AudioChunk, Pool};
 use crate::runtime::SourceCtx;
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Source};
 
 pub struct AudioTestSrc {
     c: AudioTestSrcConfig,
@@ -110,5 +111,11 @@ impl Source for AudioTestSrc {
             }
         }
         Ok(())
+    }
+}
+
+impl Build for AudioTestSrcConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Source(Box::new(AudioTestSrc::new(self, cx.pool_size, cx.max_frames()))))
     }
 }

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use crate::config::{DetectionsSourceConfig, Diagnostic, PipelineConfig};
 use crate::frame::{Object, Payload};
 use crate::runtime::SourceCtx;
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Source};
 
 pub struct DetectionsSource {
     path: std::path::PathBuf,
@@ -93,6 +94,12 @@ impl Source for DetectionsSource {
             }
         }
         Ok(())
+    }
+}
+
+impl Build for DetectionsSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        DetectionsSource::build(cx.cfg, self, cx.max_frames()).map(|s| Body::Source(Box::new(s)))
     }
 }
 

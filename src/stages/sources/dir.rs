@@ -24,8 +24,9 @@ use crate::config::{Diagnostic, DirSourceConfig, NodeConfig, NodeKind, PipelineC
 use crate::frame::{InputEnd, Pool};
 use crate::runtime::report::FailedInput;
 use crate::runtime::{InputLog, SourceCtx};
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
 use crate::stages::sinks::stream_file_name;
+use crate::stages::{Body, Source};
 
 /// The state file's default name, in the output folder.
 pub const STATE_FILE: &str = ".infer-stream-batch.json";
@@ -449,5 +450,11 @@ impl Source for DirSource {
             log.record(|r| r.incomplete += never as u64);
         }
         Ok(())
+    }
+}
+
+impl Build for DirSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        DirSource::build(cx.cfg, cx.node, self, cx.pool_size, cx.opts.batch_state, cx.max_frames()).map(|s| Body::Source(Box::new(s)))
     }
 }

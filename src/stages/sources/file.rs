@@ -7,7 +7,8 @@ use crate::backend::ffmpeg::{FfmpegError, InputOptions, VideoDecoder, copy_to_im
 use crate::config::{Diagnostic, FileSourceConfig, HwAccel, NodeConfig, PipelineConfig, Rotate, is_url};
 use crate::frame::Pool;
 use crate::runtime::{Shutdown, SourceCtx};
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Source};
 
 use super::{Built, StoppedAtOpen};
 
@@ -367,5 +368,21 @@ impl Source for FileSource {
             return Err(format!("{name}: {}", t.describe(seq - first_seq)));
         }
         Ok(())
+    }
+}
+
+impl Build for FileSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        if *self.backend.get_ref() == crate::config::DecodeBackend::Gstreamer {
+            #[cfg(feature = "gstreamer")]
+            return super::gst::GstSource::build(cx.cfg, cx.node, self, cx.pool_size, cx.max_frames()).map(|s| Body::Source(Box::new(s)));
+            #[cfg(not(feature = "gstreamer"))]
+            return Err(cx
+                .cfg
+                .diag(self.backend.span(), format!("source `{}`: this build has no GStreamer backend", cx.node.name))
+                .with_help("build with the `gstreamer` feature (on by default), or use backend = \"ffmpeg\""));
+        }
+        FileSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames(), cx.opts.shutdown.as_ref())
+            .map(|s| Body::Source(s.boxed()))
     }
 }

@@ -16,7 +16,8 @@ use crate::backend::ffmpeg::{InputOptions, VideoDecoder, copy_to_image};
 use crate::config::{Diagnostic, ImageSequenceConfig, NodeConfig, PipelineConfig};
 use crate::frame::{Image, Pool};
 use crate::runtime::SourceCtx;
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Source};
 
 /// Extensions a folder's images are taken by, unless `extensions` says otherwise.
 const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "tif", "tiff", "webp"];
@@ -236,6 +237,12 @@ impl Source for ImageSequence {
             return Err(format!("{}: no image could be decoded ({bad} skipped)", self.shown));
         }
         Ok(())
+    }
+}
+
+impl Build for ImageSequenceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        ImageSequence::build(cx.cfg, cx.node, self, cx.pool_size, cx.max_frames()).map(|s| Body::Source(Box::new(s)))
     }
 }
 

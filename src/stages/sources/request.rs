@@ -13,7 +13,8 @@ use crate::config::{Diagnostic, NodeConfig, PipelineConfig, RequestSourceConfig}
 use crate::frame::{InputToken, Pool};
 use crate::runtime::SourceCtx;
 use crate::runtime::request::{RequestError, RequestHub, RequestLimits};
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Source};
 
 pub struct RequestSource {
     hub: RequestHub,
@@ -100,6 +101,12 @@ impl Source for RequestSource {
         }
         self.hub.close();
         Ok(())
+    }
+}
+
+impl Build for RequestSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        RequestSource::build(cx.cfg, cx.node, self, cx.pool_size).map(|s| Body::Source(Box::new(s)))
     }
 }
 

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::TestSrcConfig;
+use crate::config::{Diagnostic, TestSrcConfig};
 use crate::frame::{ColorInfo, Image, Matrix, PixelFormat, Pool, Storage};
 use crate::runtime::SourceCtx;
-use crate::stages::Source;
+use crate::stages::build::{Build, BuildCtx};
+use crate::stages::{Body, Source};
 
 pub struct TestSrc {
     cfg: TestSrcConfig,
@@ -97,5 +98,11 @@ impl Source for TestSrc {
             }
         }
         Ok(())
+    }
+}
+
+impl Build for TestSrcConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        Ok(Body::Source(Box::new(TestSrc::new(self, cx.pool_size, cx.max_frames()))))
     }
 }

@@ -45,11 +45,12 @@ use crate::config::{Diagnostic, KafkaSourceConfig, NodeConfig, PipelineConfig};
 use crate::frame::{InputEnd, JobTag, Payload, Pool};
 use crate::runtime::report::FailedInput;
 use crate::runtime::{InputLog, SourceCtx};
-use crate::stages::Source;
+use crate::stages::{Body, Source};
 
 mod clients;
 mod ledger;
 mod worker;
+use crate::stages::build::{Build, BuildCtx};
 use clients::*;
 use ledger::*;
 use worker::*;
@@ -369,6 +370,12 @@ impl Source for KafkaSource {
         // Leaving the group now hands this worker's partitions to the others at once.
         drop(consumer);
         Ok(())
+    }
+}
+
+impl Build for KafkaSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        KafkaSource::build(cx.cfg, cx.node, self, cx.pool_size).map(|s| Body::Source(Box::new(s)))
     }
 }
 

@@ -22,10 +22,11 @@ use crate::backend::ffmpeg::{AudioDecoder, InputOptions, Interrupt, VideoDecoder
 use crate::config::{Diagnostic, NodeConfig, PipelineConfig, RtspSourceConfig, RtspTransport, mask_credentials};
 use crate::frame::{EventKind, Pool};
 use crate::runtime::{Shutdown, SourceCtx};
-use crate::stages::Source;
+use crate::stages::{Body, Source};
 
 mod retry;
 mod watch;
+use crate::stages::build::{Build, BuildCtx};
 use retry::*;
 use watch::*;
 
@@ -474,6 +475,12 @@ impl Source for RtspSource {
         };
         ctx.note_decode_errors(bad);
         result
+    }
+}
+
+impl Build for RtspSourceConfig {
+    fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        RtspSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames()).map(|s| Body::Source(Box::new(s)))
     }
 }
 
