@@ -1,6 +1,6 @@
 use super::session::probe_run;
 use super::*;
-use crate::config::TensorRtOptions;
+use crate::config::{ProviderSpec, TensorRtOptions};
 
 /// Bindings on the real PP-OCR detector (CPU, host memory): outputs equal
 /// plain runs, one binding per input shape however many runs, stacked
