@@ -1,6 +1,6 @@
 //! The house's shape, read from its own source with `syn`: no import circle
-//! between files of different modules, and no source file past the size a
-//! reader can hold ([`MAX_LINES`]).
+//! between files of different modules, and no source or test file past the
+//! size a reader can hold ([`MAX_LINES`]).
 //!
 //! A module is a file (`src/a/b.rs` or `src/a/b/mod.rs` is `a::b`). A file
 //! imports another when it names a path into it: a `use` (`crate::`,
@@ -43,8 +43,9 @@ const FLOORS: &[(&str, u8)] = &[
     ("api", 6),
 ];
 
-/// The most lines a file under `src/` may have: past it, split by concern
-/// (a module's long tests go in a file of their own).
+/// The most lines a file under `src/` or `tests/` may have: past it, split
+/// by concern (a module's long tests go in a file of their own; an
+/// integration test becomes a folder, `tests/NAME/main.rs` and its modules).
 const MAX_LINES: usize = 800;
 
 /// A crate's modules and their files.
@@ -341,13 +342,15 @@ fn the_checker_finds_a_circle() {
 
 #[test]
 fn no_source_file_past_max_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&src(), &mut files);
+    rust_files(&root.join("tests"), &mut files);
     let mut long: Vec<String> = files
         .iter()
         .filter_map(|p| {
             let n = std::fs::read_to_string(p).unwrap().lines().count();
-            (n > MAX_LINES).then(|| format!("{} ({n} lines)", p.strip_prefix(src()).unwrap().display()))
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", p.strip_prefix(root).unwrap().display()))
         })
         .collect();
     long.sort();

@@ -36,11 +36,7 @@ pub(super) fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&P
         Ok(r) => r,
         Err(d) => return Ok(print_diags(&d)),
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.render());
-    }
+    print_report(&report, json, |r| r.render())?;
     if let Some(p) = plot {
         infer_stream::bench::plot::draw(&report, &report.histograms, p)
             .map_err(anyhow::Error::msg)
@@ -54,10 +50,16 @@ pub(super) fn bench(path: &Path, opts: BenchOptions, json: bool, plot: Option<&P
     Ok(exit_code(&report.run))
 }
 
-/// A capacity or sweep error as an exit code: the file or a setting is wrong (2), or a run failed (1).
-fn capacity_error(e: infer_stream::capacity::Error) -> u8 {
+/// Runs `capacity_cmd` or `compare_cmd`'s body, whose capacity errors (raised
+/// with `?`) become their exit code here: the file or a setting is wrong (2),
+/// or a run failed (1). Other errors pass through.
+fn capacity_exit(body: impl FnOnce() -> Result<u8>) -> Result<u8> {
     use infer_stream::capacity::Error;
-    match e {
+    let e = match body() {
+        Ok(code) => return Ok(code),
+        Err(e) => e.downcast::<Error>()?,
+    };
+    Ok(match e {
         Error::Pipeline(d) => print_diags(&d),
         Error::Setting(s) => {
             eprintln!("error: {s}");
@@ -67,7 +69,17 @@ fn capacity_error(e: infer_stream::capacity::Error) -> u8 {
             eprintln!("error: {s}");
             exit::RUNTIME
         }
+    })
+}
+
+/// A report on stdout: JSON with `--json`, else its text.
+fn print_report<R: serde::Serialize>(r: &R, json: bool, render: impl FnOnce(&R) -> String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        print!("{}", render(r));
     }
+    Ok(())
 }
 
 /// `bench --capacity` and `bench --sweep`.
@@ -81,80 +93,60 @@ pub(super) fn capacity_cmd(
     quiet: bool,
 ) -> Result<u8> {
     use infer_stream::capacity::{edit::Doc, streams, sweep};
-    let doc = match Doc::load(path) {
-        Ok(d) => d,
-        Err(e) => return Ok(capacity_error(e)),
-    };
-    if a.capacity {
-        let o = streams::CapacityOptions {
-            build,
-            latency_budget_ms: a.latency_budget,
-            max_drops: a.max_drops,
-            step_seconds: a.step_seconds,
-            warmup_seconds: a.step_warmup,
-            max_streams: a.max_streams as usize,
-        };
-        // Progress on stderr: not with --json, not with -q.
-        let progress = !json && !quiet;
-        if progress {
-            eprint!("{}", streams::header());
-        }
-        let r = match streams::search(&doc, &o, |s| {
+    capacity_exit(|| {
+        let doc = Doc::load(path)?;
+        if a.capacity {
+            let o = streams::CapacityOptions {
+                build,
+                latency_budget_ms: a.latency_budget,
+                max_drops: a.max_drops,
+                step_seconds: a.step_seconds,
+                warmup_seconds: a.step_warmup,
+                max_streams: a.max_streams as usize,
+            };
+            // Progress on stderr: not with --json, not with -q.
+            let progress = !json && !quiet;
             if progress {
-                eprint!("{}", streams::row(s));
+                eprint!("{}", streams::header());
             }
-        }) {
-            Ok(r) => r,
-            Err(e) => return Ok(capacity_error(e)),
-        };
-        if json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
-        } else {
-            print!("{}", r.render());
+            let r = streams::search(&doc, &o, |s| {
+                if progress {
+                    eprint!("{}", streams::row(s));
+                }
+            })?;
+            print_report(&r, json, |r| r.render())?;
+            if let Some(p) = plot {
+                infer_stream::capacity::plot::draw(&r, p)
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| format!("drawing {}", p.display()))?;
+                eprintln!("plot: {}", p.display());
+            }
+            return Ok(exit::OK);
         }
-        if let Some(p) = plot {
-            infer_stream::capacity::plot::draw(&r, p).map_err(anyhow::Error::msg).with_context(|| format!("drawing {}", p.display()))?;
-            eprintln!("plot: {}", p.display());
-        }
-        return Ok(exit::OK);
-    }
-    let build = BuildOptions { null_sinks: true, max_frames: build.max_frames.or(Some(100)), ..build };
-    let o = sweep::SweepOptions { build, rounds: a.rounds as usize, warmup };
-    let r = match sweep::sweep(&doc, &a.sweep, &o, |round, label, m| {
-        if !json && !quiet {
-            eprintln!("round {}: {label}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
-        }
-    }) {
-        Ok(r) => r,
-        Err(e) => return Ok(capacity_error(e)),
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        print!("{}", r.render());
-    }
-    Ok(exit::OK)
+        let build = BuildOptions { null_sinks: true, max_frames: build.max_frames.or(Some(100)), ..build };
+        let o = sweep::SweepOptions { build, rounds: a.rounds as usize, warmup };
+        let r = sweep::sweep(&doc, &a.sweep, &o, |round, label, m| {
+            if !json && !quiet {
+                eprintln!("round {}: {label}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
+            }
+        })?;
+        print_report(&r, json, |r| r.render())?;
+        Ok(exit::OK)
+    })
 }
 
 /// `compare A.toml B.toml`.
 pub(super) fn compare_cmd(a: &Path, b: &Path, o: &infer_stream::capacity::compare::CompareOptions, json: bool, quiet: bool) -> Result<u8> {
     use infer_stream::capacity::{compare, edit::Doc};
-    let (da, db) = match (Doc::load(a), Doc::load(b)) {
-        (Ok(x), Ok(y)) => (x, y),
-        (Err(e), _) | (_, Err(e)) => return Ok(capacity_error(e)),
-    };
-    let r = match compare::compare(&da, &db, o, |round, which, m| {
-        if !json && !quiet {
-            eprintln!("round {}: {which}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
-        }
-    }) {
-        Ok(r) => r,
-        Err(e) => return Ok(capacity_error(e)),
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        print!("{}", r.render());
-    }
-    Ok(if r.passed { exit::OK } else { exit::REGRESSED })
+    capacity_exit(|| {
+        let (da, db) = (Doc::load(a), Doc::load(b));
+        let (da, db) = (da?, db?);
+        let r = compare::compare(&da, &db, o, |round, which, m| {
+            if !json && !quiet {
+                eprintln!("round {}: {which}: {:.1} fps, p99 {:.1} ms", round + 1, m.fps, m.latency_ms.p99);
+            }
+        })?;
+        print_report(&r, json, |r| r.render())?;
+        Ok(if r.passed { exit::OK } else { exit::REGRESSED })
+    })
 }

@@ -1,6 +1,7 @@
 //! What `run`, `serve`, `bench` and `validate` share: loading and checking a
-//! pipeline file (diagnostics printed, exit code 2), checks before a run, building
-//! the nodes, the metrics listener, signal handling and a run's exit code.
+//! pipeline file (diagnostics printed, exit code 2), checks before a run, the
+//! start-up of `run` and `serve`, building the nodes, the metrics listener,
+//! signal handling and a run's exit code.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -49,6 +50,35 @@ pub(super) fn check_before_run(cfg: &PipelineConfig, graph: &Graph, outputs: boo
     }
     let d = graph::check_machine(cfg, outputs);
     if d.is_empty() { Ok(()) } else { Err(print_diags(&d)) }
+}
+
+/// A pipeline file loaded and checked for `run` or `serve`, with the stop its
+/// signals trigger and the options its nodes are built with.
+pub(super) struct Started {
+    pub(super) sd: Arc<Shutdown>,
+    pub(super) opts: BuildOptions,
+    pub(super) cfg: PipelineConfig,
+    pub(super) graph: Graph,
+}
+
+/// The start-up `run` and `serve` share. Signals first: Ctrl-C while models
+/// load (a TensorRT engine build can take minutes) or while stdin has sent
+/// nothing yet stops the run before any frame with the documented exit code.
+/// Then the file is loaded and checked, with what this machine must have
+/// (outputs included). `opts.shutdown` is set to the signals' stop. `Ok(Err)`:
+/// the exit code (diagnostics printed).
+pub(super) fn start_checked(path: &Path, opts: BuildOptions) -> Result<Result<Started, u8>> {
+    let sd = Shutdown::new();
+    install_signals(sd.clone())?;
+    let opts = BuildOptions { shutdown: Some(sd.clone()), ..opts };
+    let (cfg, graph) = match load_checked(path) {
+        Ok(x) => x,
+        Err(d) => return Ok(Err(print_diags(&d))),
+    };
+    if let Err(code) = check_before_run(&cfg, &graph, true) {
+        return Ok(Err(code));
+    }
+    Ok(Ok(Started { sd, opts, cfg, graph }))
 }
 
 /// Build a checked file's nodes (open sources, load models) and check the models fit.

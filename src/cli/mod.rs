@@ -100,7 +100,7 @@ use args::{Cli, Cmd, check_arguments};
 use bench::{bench, capacity_cmd, compare_cmd};
 // What `serve.rs` takes from here.
 #[cfg(feature = "serve")]
-use common::{build_checked, check_before_run, exit_code, install_signals, load_checked, print_diags, start_metrics};
+use common::{Started, build_checked, exit_code, print_diags, start_checked, start_metrics};
 use inspect::{inspect, run_gpu_check};
 use run::{Bound, run};
 use validate::{graph_cmd, validate};

@@ -13,12 +13,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use infer_stream::frame::Accounting;
 use infer_stream::metrics::Metrics;
 use infer_stream::runtime::trace::Tracer;
-use infer_stream::runtime::{NodeStats, Pipeline, Shutdown};
+use infer_stream::runtime::{NodeStats, Pipeline};
 use infer_stream::stages::BuildOptions;
 
 use super::STARTED;
 use super::args::Progress;
-use super::common::{build_checked, check_before_run, exit_code, install_signals, load_checked, print_diags, start_metrics};
+use super::common::{Started, build_checked, exit_code, print_diags, start_checked, start_metrics};
 
 /// `run --frames N` / `--duration S`: where a run stops by itself (as `bench` does).
 #[derive(Clone, Copy, Default)]
@@ -40,19 +40,11 @@ pub(super) fn run(
     metrics_addr: Option<SocketAddr>,
     quiet: bool,
 ) -> Result<u8> {
-    // Signals first: Ctrl-C while models load (a TensorRT engine build can take
-    // minutes) or while stdin has sent nothing yet stops the run before any
-    // frame with the documented exit code.
-    let sd = Shutdown::new();
-    install_signals(sd.clone())?;
-    let opts = BuildOptions { ort_library, batch_state: true, shutdown: Some(sd.clone()), max_frames: bound.frames, ..Default::default() };
-    let (cfg, graph) = match load_checked(path) {
-        Ok(x) => x,
-        Err(d) => return Ok(print_diags(&d)),
+    let opts = BuildOptions { ort_library, batch_state: true, max_frames: bound.frames, ..Default::default() };
+    let Started { sd, opts, cfg, graph } = match start_checked(path, opts)? {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
     };
-    if let Err(code) = check_before_run(&cfg, &graph, true) {
-        return Ok(code);
-    }
     let metrics = Metrics::new();
     let server = match start_metrics(&cfg, metrics_addr, &metrics) {
         Ok(s) => s,

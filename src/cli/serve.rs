@@ -10,10 +10,10 @@ use anyhow::{Context, Result};
 use infer_stream::api::{self, ApiSettings, ApiState};
 use infer_stream::frame::Accounting;
 use infer_stream::metrics::Metrics;
-use infer_stream::runtime::{Pipeline, ResultsHub, Shutdown};
+use infer_stream::runtime::{Pipeline, ResultsHub};
 use infer_stream::stages::BuildOptions;
 
-use super::{STARTED, build_checked, check_before_run, exit, exit_code, install_signals, load_checked, print_diags};
+use super::{STARTED, Started, build_checked, exit, exit_code, print_diags, start_checked};
 
 /// How long `DELETE /v1/streams/{id}` waits for the stream's outputs to close.
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
@@ -21,16 +21,11 @@ const DRAIN_WAIT: Duration = Duration::from_secs(10);
 pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBuf>, report_path: Option<&Path>, quiet: bool) -> Result<u8> {
     // Streams come and go: what a removed stream freed goes back to the system.
     infer_stream::backend::memory::return_freed_memory_promptly();
-    let sd = Shutdown::new();
-    install_signals(sd.clone())?;
-    let opts = BuildOptions { ort_library, batch_state: false, shutdown: Some(sd.clone()), ..Default::default() };
-    let (cfg, graph) = match load_checked(path) {
-        Ok(x) => x,
-        Err(d) => return Ok(print_diags(&d)),
+    let opts = BuildOptions { ort_library, batch_state: false, ..Default::default() };
+    let Started { sd, opts, cfg, graph } = match start_checked(path, opts)? {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
     };
-    if let Err(code) = check_before_run(&cfg, &graph, true) {
-        return Ok(code);
-    }
     let settings = match ApiSettings::from_config(&cfg, listen) {
         Ok(s) => s,
         Err(d) => return Ok(print_diags(&d)),

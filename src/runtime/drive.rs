@@ -3,7 +3,22 @@
 //! stage or sink taking frames from its queue, batching, handling errors as
 //! `on_error` says, and passing frames and stream ends on ([`run_node`]).
 
-use super::*;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use super::ends::StreamEnds;
+use super::node::{Body, StageError};
+use super::report::InputLog;
+use super::results::ResultsHub;
+use super::source_ctx::SourceCtx;
+use super::stats::NodeStats;
+use super::{Again, Msg, Node, Outputs, Shutdown, node, request, restart_decision, results, stats, trace};
+use crate::config::OnError;
+use crate::frame::{Accounting, Event, EventKind, Frame};
 
 /// What became of one frame in a stage.
 enum Outcome {

@@ -16,7 +16,6 @@ pub mod trace;
 mod drive;
 mod source_ctx;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -25,12 +24,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::config::{NodeConfig, OnError, PipelineConfig, Role, WhenFull};
-use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken, Ticket};
+use crate::frame::{Accounting, Event, Frame};
 use crate::graph::Graph;
 pub use control::Control;
 use drive::{Links, drive_source, panic_message, run_node};
 pub use ends::StreamEnds;
-use node::{Body, StageError};
+use node::Body;
 pub use report::{InputLog, RunReport};
 pub use results::ResultsHub;
 pub(crate) use source_ctx::InputOpener;

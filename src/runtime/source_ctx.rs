@@ -3,7 +3,15 @@
 //! events, tracing, and the opening of inputs whose ends the sinks close
 //! ([`InputOpener`] for other threads).
 
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::ends::StreamEnds;
+use super::report::InputLog;
+use super::stats::{NodeStats, StreamEvent};
+use super::{Shutdown, trace};
+use crate::frame::{Accounting, Event, EventKind, Frame, Image, InputEnd, InputToken, Ticket};
 
 /// Opens inputs of a source (see [`SourceCtx::open_input`]) from any thread.
 pub(crate) struct InputOpener(Option<Arc<StreamEnds>>);

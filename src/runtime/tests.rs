@@ -4,8 +4,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::node::StageError;
 use super::*;
-use crate::frame::{ColorInfo, Matrix, PoolBuf, Storage};
+use crate::frame::{ColorInfo, EventKind, Image, Matrix, PoolBuf, Storage};
 use crate::stages::{Sink, Source, Stage};
 
 /// Emits `n` tiny grey frames as fast as the queues allow.

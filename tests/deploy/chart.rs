@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{chart, container, helm, kinds, object, out, render_and_validate, wait_until};
+use crate::helm::{chart, container, helm, kinds, object, render_and_validate};
 use crate::util::brokers::free_port;
 use crate::util::prometheus::Reaped;
 use crate::util::{bin, certs, root};
+use crate::{out, wait_until};
 
 /// The image's and the pod's absolute paths mapped onto this machine: the
 /// image's files onto this checkout, the pod's mounts and volumes under `base`.

@@ -2,7 +2,9 @@
 //! (on the host or the GPU), parts of a batch stacked into their slots, and
 //! the outputs collected without copies where the memory allows.
 
-use super::*;
+use ort::session::Session;
+
+use crate::config::ProviderName;
 
 /// Where a bound session's input and outputs live.
 #[derive(Clone)]

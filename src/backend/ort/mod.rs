@@ -6,10 +6,8 @@ use std::sync::{Mutex, OnceLock};
 
 use ort::ep::{self, ExecutionProvider};
 use ort::session::Session;
-use ort::session::builder::GraphOptimizationLevel;
-use ort::value::ValueType;
 
-use crate::config::{ProviderName, ProviderSpec};
+use crate::config::ProviderName;
 
 mod binding;
 mod session;

@@ -3,7 +3,15 @@
 //! engine cache, CUDA on the shared GPU, the CPU), each tried on a probe run
 //! so that a provider that cannot run the model falls back loudly.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use ort::ep;
+use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::ValueType;
+
+use super::{OrtError, OrtRuntime};
+use crate::config::{ProviderName, ProviderSpec};
 
 /// A model input or output as the model declares it (`-1` = dynamic).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

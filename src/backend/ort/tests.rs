@@ -1,5 +1,7 @@
 use super::session::probe_run;
 use super::*;
+#[cfg(feature = "cuda")]
+use crate::config::ProviderSpec;
 use crate::config::TensorRtOptions;
 
 /// Bindings on the real PP-OCR detector (CPU, host memory): outputs equal

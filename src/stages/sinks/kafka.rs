@@ -24,11 +24,11 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::bus::{Delivery, Limits, Message, Note, Outbox, RunId, Transport};
+use super::bus::{BusSink, Topics, open_outbox};
+use crate::bus::{Limits, Message, Note, RunId, Transport};
 use crate::config::{Diagnostic, KafkaAcks, KafkaCompression, KafkaSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
-use crate::frame::{Event, Frame};
+use crate::stages::Body;
 use crate::stages::build::{Build, BuildCtx};
-use crate::stages::{Body, Sink, StageError};
 
 /// Delivery reports and client errors, from librdkafka's threads to the outbox.
 struct Reports {
@@ -92,7 +92,8 @@ impl ProducerContext for Reports {
     }
 }
 
-struct Producer {
+/// The Kafka client of a [`KafkaSink`]: librdkafka's producer, made again on a stall.
+pub struct Producer {
     producer: Option<ThreadedProducer<Reports>>,
     /// What a new producer is made from (a restart).
     config: ClientConfig,
@@ -131,48 +132,6 @@ impl Transport for Producer {
         self.producer = Some(p);
         Ok(true)
     }
-}
-
-/// Whether a stage attached something to `frame`: a result that is not
-/// empty (no boxes, no text, no objects).
-pub fn has_results(frame: &Frame) -> bool {
-    fn something(v: &serde_json::Value) -> bool {
-        match v {
-            serde_json::Value::Null => false,
-            serde_json::Value::Array(a) => !a.is_empty(),
-            serde_json::Value::Object(o) => o.values().any(something),
-            _ => true,
-        }
-    }
-    frame.results.iter().any(|a| a.payload.to_json().is_some_and(|v| something(&v)))
-}
-
-pub struct KafkaSink {
-    name: String,
-    topic: String,
-    brokers: String,
-    only_with_results: bool,
-    outbox: Outbox<Producer>,
-    run: RunId,
-    body: Vec<u8>,
-}
-
-/// The body (into `body`) and id of a frame's message: the frame JSON with `"run"`.
-pub fn frame_message(run: &RunId, frame: &Frame, body: &mut Vec<u8>) -> Result<String, serde_json::Error> {
-    body.clear();
-    serde_json::to_writer(&mut *body, &crate::frame::json::FrameLine::of(frame).in_run(run.as_str()))?;
-    Ok(crate::bus::identity::frame_id(run, &frame.stream, frame.seq))
-}
-
-/// The body (into `body`) and id of a stream event's message: the event JSON with `"run"` after `"schema"`.
-pub fn event_message(run: &RunId, event: &Event, body: &mut Vec<u8>) -> Result<String, serde_json::Error> {
-    let mut v = event.to_json();
-    if let serde_json::Value::Object(m) = &mut v {
-        m.shift_insert(1, "run".into(), run.as_str().into());
-    }
-    body.clear();
-    serde_json::to_writer(&mut *body, &v)?;
-    Ok(crate::bus::identity::event_id(run, &event.stream, event.name(), event.at_ms))
 }
 
 /// The librdkafka properties for `c` (secrets included: never printed).
@@ -248,6 +207,9 @@ pub fn client_config(cfg: &PipelineConfig, node: &NodeConfig, c: &KafkaSinkConfi
     Ok(cc)
 }
 
+/// `kind = "kafka"`: the bus sink over librdkafka's producer.
+pub type KafkaSink = BusSink<Producer>;
+
 impl KafkaSink {
     /// Settings are checked here; the broker is not contacted (a broker down
     /// at start only delays delivery: messages wait and spool).
@@ -266,74 +228,12 @@ impl KafkaSink {
             flush_timeout: Duration::from_millis(c.flush_timeout_ms),
             stall_timeout: (c.stall_timeout_ms > 0).then(|| Duration::from_millis(c.stall_timeout_ms)),
         };
-        let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
-        let outbox = Outbox::open(
-            &node.name,
-            Producer { producer: Some(producer), config: cc, notes: tx },
-            rx,
-            &spool,
-            limits,
-            Arc::new(Delivery::default()),
-        )
-        .map_err(|e| cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name)))?;
-        Ok(KafkaSink {
-            name: node.name.clone(),
-            topic: cfg.expand(&c.topic)?,
-            brokers: mask_credentials(&cfg.expand(&c.brokers)?).into_owned(),
-            only_with_results: c.only_with_results,
-            outbox,
-            run: run.clone(),
-            body: Vec::with_capacity(4096),
-        })
-    }
-
-    fn topic_for(&self, stream: &str) -> String {
-        self.topic.replace("{stream}", &super::stream_file_name(stream))
-    }
-
-    fn send(&mut self, stream: &str, id: String) -> Result<(), String> {
-        let msg = Message { topic: self.topic_for(stream), key: stream.to_string(), body: self.body.clone(), id };
-        self.outbox.push(msg)
-    }
-}
-
-impl Sink for KafkaSink {
-    fn describe(&self) -> String {
-        format!(
-            "Kafka to {} topic {} (spool {}, run {})",
-            self.brokers,
-            self.topic,
-            crate::config::tidy_path(self.outbox.spool_path()).display(),
-            self.run
-        )
-    }
-
-    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
-        if self.only_with_results && !has_results(frame) {
-            return Ok(());
-        }
-        let id = frame_message(&self.run, frame, &mut self.body).map_err(|e| StageError::Frame(e.to_string()))?;
-        self.send(&frame.stream, id).map_err(StageError::Fatal)
-    }
-
-    fn event(&mut self, event: &Event) -> Result<(), String> {
-        let id = event_message(&self.run, event, &mut self.body).map_err(|e| e.to_string())?;
-        self.send(&event.stream, id)
-    }
-
-    /// Ok once every message of `stream` has been acknowledged by the broker.
-    fn end_stream(&mut self, stream: &str) -> Result<(), String> {
-        self.outbox.flush(Some(stream))
-    }
-
-    fn finish(&mut self) -> Result<(), String> {
-        let left = self.outbox.close()?;
-        tracing::debug!("sink `{}`: {left} message(s) left in the spool", self.name);
-        Ok(())
-    }
-
-    fn delivery(&self) -> Option<Arc<Delivery>> {
-        Some(self.outbox.stats().clone())
+        let transport = Producer { producer: Some(producer), config: cc, notes: tx };
+        let outbox = open_outbox(cfg, node, transport, rx, c.spool_dir.as_ref(), limits)?;
+        let topic = cfg.expand(&c.topic)?;
+        let brokers = mask_credentials(&cfg.expand(&c.brokers)?).into_owned();
+        let target = format!("Kafka to {brokers} topic {topic}");
+        Ok(BusSink::new(node, outbox, run, target, Topics::Template(topic), c.only_with_results))
     }
 }
 

@@ -1,5 +1,7 @@
 //! Sinks: where results go.
 
+#[cfg(feature = "bus")]
+pub mod bus;
 pub mod draw;
 pub mod images;
 #[cfg(feature = "bus")]

@@ -22,11 +22,11 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use rumqttc::{AsyncClient, Event, EventLoop, LastWill, MqttOptions, Outgoing, Packet, QoS, TlsConfiguration};
 
-use crate::bus::{Delivery, Limits, Message, Note, Outbox, RunId, Transport};
+use super::bus::{BusSink, Topics, open_outbox};
+use crate::bus::{Limits, Message, Note, RunId, Transport};
 use crate::config::{Diagnostic, MqttSinkConfig, NodeConfig, PipelineConfig, mask_credentials};
-use crate::frame::{Event as StreamEvent, Frame};
+use crate::stages::Body;
 use crate::stages::build::{Build, BuildCtx};
-use crate::stages::{Body, Sink, StageError};
 
 /// Requests that may wait in rumqttc's channel; the driver publishes no more than this ahead.
 const CHANNEL: usize = 512;
@@ -38,7 +38,8 @@ enum Cmd {
     Close,
 }
 
-struct Driver {
+/// The MQTT client of an [`MqttSink`]: the thread that drives rumqttc's event loop, and its commands.
+pub struct Driver {
     tx: tokio::sync::mpsc::UnboundedSender<Cmd>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -199,16 +200,8 @@ async fn drive(mut el: EventLoop, mut st: State, mut rx: tokio::sync::mpsc::Unbo
     }
 }
 
-pub struct MqttSink {
-    name: String,
-    broker: String,
-    prefix: String,
-    qos: u8,
-    only_with_results: bool,
-    outbox: Outbox<Driver>,
-    run: RunId,
-    body: Vec<u8>,
-}
+/// `kind = "mqtt"`: the bus sink over rumqttc's client.
+pub type MqttSink = BusSink<Driver>;
 
 impl MqttSink {
     /// Settings are checked here; the broker is contacted by the client's
@@ -294,67 +287,9 @@ impl MqttSink {
             flush_timeout: Duration::from_millis(c.flush_timeout_ms),
             stall_timeout: None,
         };
-        let spool = crate::bus::spool_path(cfg, &node.name, c.spool_dir.as_ref())?;
-        let outbox = Outbox::open(&node.name, Driver { tx, thread: Some(thread) }, notes_rx, &spool, limits, Arc::new(Delivery::default()))
-            .map_err(|e| {
-                cfg.diag(c.spool_dir.as_ref().map_or(node.kind_span.clone(), |d| d.span()), format!("sink `{}`: {e}", node.name))
-            })?;
-        Ok(MqttSink {
-            name: node.name.clone(),
-            broker: mask_credentials(&broker_text).into_owned(),
-            prefix,
-            qos: c.qos,
-            only_with_results: c.only_with_results,
-            outbox,
-            run: run.clone(),
-            body: Vec::with_capacity(4096),
-        })
-    }
-
-    fn send(&mut self, stream: &str, what: &str, id: String) -> Result<(), String> {
-        let topic = format!("{}/{}/{what}", self.prefix, super::stream_file_name(stream));
-        self.outbox.push(Message { topic, key: stream.to_string(), body: self.body.clone(), id })
-    }
-}
-
-impl Sink for MqttSink {
-    fn describe(&self) -> String {
-        format!(
-            "MQTT to {} under {}/ at QoS {} (spool {}, run {})",
-            self.broker,
-            self.prefix,
-            self.qos,
-            crate::config::tidy_path(self.outbox.spool_path()).display(),
-            self.run
-        )
-    }
-
-    fn write(&mut self, frame: &Frame) -> Result<(), StageError> {
-        if self.only_with_results && !super::kafka::has_results(frame) {
-            return Ok(());
-        }
-        let id = super::kafka::frame_message(&self.run, frame, &mut self.body).map_err(|e| StageError::Frame(e.to_string()))?;
-        self.send(&frame.stream, "results", id).map_err(StageError::Fatal)
-    }
-
-    fn event(&mut self, event: &StreamEvent) -> Result<(), String> {
-        let id = super::kafka::event_message(&self.run, event, &mut self.body).map_err(|e| e.to_string())?;
-        self.send(&event.stream, "events", id)
-    }
-
-    /// Ok once every message of `stream` has been acknowledged (PUBACK at QoS 1).
-    fn end_stream(&mut self, stream: &str) -> Result<(), String> {
-        self.outbox.flush(Some(stream))
-    }
-
-    fn finish(&mut self) -> Result<(), String> {
-        let left = self.outbox.close()?;
-        tracing::debug!("sink `{}`: {left} message(s) left in the spool", self.name);
-        Ok(())
-    }
-
-    fn delivery(&self) -> Option<Arc<Delivery>> {
-        Some(self.outbox.stats().clone())
+        let outbox = open_outbox(cfg, node, Driver { tx, thread: Some(thread) }, notes_rx, c.spool_dir.as_ref(), limits)?;
+        let target = format!("MQTT to {} under {prefix}/ at QoS {}", mask_credentials(&broker_text), c.qos);
+        Ok(BusSink::new(node, outbox, run, target, Topics::Prefix(prefix), c.only_with_results))
     }
 }
 

@@ -2,7 +2,13 @@
 //! the worker) and the dead-letter producer's, the job message as read, and the
 //! consumer-only properties a producer does not take.
 
-use super::*;
+use std::sync::Mutex;
+
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::{ClientContext, TopicPartitionList};
+use serde::Deserialize;
 
 /// A job message: `id` and `uri` are required, other fields are kept for dead letters.
 #[derive(Debug, Deserialize)]

@@ -1,7 +1,7 @@
 //! The offset ledger of one partition: where each job stands by its offset,
 //! and the offset safe to commit (the lowest one not yet complete).
 
-use super::*;
+use std::collections::BTreeMap;
 
 /// Where a job stands, by its offset in its partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

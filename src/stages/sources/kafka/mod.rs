@@ -25,26 +25,22 @@
 //! committed: never retried for ever. Jobs of partitions taken away in a
 //! rebalance are stopped without a commit; their new worker redoes them.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
+use crossbeam_channel::{Receiver, bounded, unbounded};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use rdkafka::producer::BaseProducer;
 
 use super::batch::{Decode, Feed, Input, Media, Msg};
 use crate::config::{Diagnostic, KafkaSourceConfig, NodeConfig, PipelineConfig};
 use crate::frame::{InputEnd, JobTag, Payload, Pool};
-use crate::runtime::report::FailedInput;
-use crate::runtime::{InputLog, SourceCtx};
+use crate::runtime::SourceCtx;
 use crate::stages::{Body, Source};
 
 mod clients;
@@ -52,7 +48,6 @@ mod ledger;
 mod worker;
 use crate::stages::build::{Build, BuildCtx};
 use clients::*;
-use ledger::*;
 use worker::*;
 
 /// How long a commit, a committed-offsets query or a dead letter may take.

@@ -1,4 +1,4 @@
-use super::*;
+use super::ledger::{Part, Slot};
 
 /// Offsets are committed up to the lowest job not yet done, never past it.
 #[test]

@@ -2,7 +2,26 @@
 //! recorded, up to `parallel` decoded at once as streams, commits as their
 //! results are delivered, dead letters for bad jobs, and rebalances.
 
-use super::*;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::{Value, json};
+
+use super::clients::{GroupContext, GroupEvent, JobMessage, LetterContext};
+use super::ledger::{Part, Slot};
+use super::{BROKER_WAIT, MAX_ATTEMPTS_READ, started_group};
+use crate::frame::InputEnd;
+use crate::runtime::InputLog;
+use crate::runtime::report::FailedInput;
 
 /// One job taken from the topic.
 pub(super) struct Job {

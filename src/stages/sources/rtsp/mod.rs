@@ -14,14 +14,14 @@
 //! `media = "audio"` the stream's audio is read instead, in timed windows
 //! numbered by sample since the source started (across reconnections too).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::backend::ffmpeg::{AudioDecoder, InputOptions, Interrupt, VideoDecoder, copy_to_image};
 use crate::config::{Diagnostic, NodeConfig, PipelineConfig, RtspSourceConfig, RtspTransport, mask_credentials};
 use crate::frame::{EventKind, Pool};
-use crate::runtime::{Shutdown, SourceCtx};
+use crate::runtime::SourceCtx;
 use crate::stages::{Body, Source};
 
 mod retry;

@@ -2,7 +2,7 @@
 //! ([`Backoff`]), the schedule of attempts and the cheap probes of the camera's
 //! port between them ([`Retry`], [`Step`]), and the address a probe knocks at.
 
-use super::*;
+use std::time::Duration;
 
 /// A connection that delivered frames this long resets the backoff.
 pub const HEALTHY: Duration = Duration::from_secs(60);

@@ -3,7 +3,11 @@
 //! stamped in milliseconds since the source started, following the camera's
 //! clock within a connection and never going backwards.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::runtime::Shutdown;
 
 /// Shared with FFmpeg's interrupt callback: when the last sign of life was and
 /// how much silence is allowed now.
