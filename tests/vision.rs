@@ -376,3 +376,30 @@ fn people_are_tracked_and_counted_like_the_reference() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), PEOPLE_FRAMES.to_string(), "the annotated video has every frame");
 }
+
+/// Without the fetched model and footage, validating the shipped pipelines
+/// says which script fetches them (not the one for PP-OCR and Silero).
+#[test]
+fn missing_vision_files_name_the_fetch_script() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pipelines")).unwrap();
+    for name in ["yolo.toml", "people-count.toml"] {
+        let p = dir.path().join("pipelines").join(name);
+        std::fs::copy(root().join("pipelines").join(name), &p).unwrap();
+        let o = bin()
+            .arg("validate")
+            .arg(&p)
+            .env_remove("YOLO_MODEL")
+            .env_remove("YOLO_INPUT")
+            .env_remove("PEOPLE_MODEL")
+            .env_remove("PEOPLE_INPUT")
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("error: model file not found: ") && err.contains("yolov12n.onnx"), "{err}");
+        assert!(err.contains("error: media file not found: ") && err.contains("vtest.avi"), "{err}");
+        assert_eq!(err.matches("help: run scripts/fetch-vision.sh (part of scripts/setup.sh)").count(), 2, "{err}");
+        assert!(!err.contains("fetch-models.sh"), "{err}");
+    }
+}
