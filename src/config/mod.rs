@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod diag;
+pub mod fetch_hint;
 mod kinds;
 pub mod paths;
 mod redact;

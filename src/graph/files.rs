@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::upstream_sources;
-use crate::config::{Diagnostics, NodeKind, PipelineConfig, is_url};
+use crate::config::{Diagnostics, NodeKind, PipelineConfig, fetch_hint, is_url};
 
 /// Files that must exist before the run.
 pub(super) fn check_input_files(cfg: &PipelineConfig, diags: &mut Diagnostics) {
@@ -23,11 +23,7 @@ pub(super) fn check_input_files(cfg: &PipelineConfig, diags: &mut Diagnostics) {
             // `${VAR}` may hold a URL: look at the expanded value.
             Ok(p) if is_url(&p.to_string_lossy()) || p.as_os_str() == "-" => {}
             Ok(p) if !p.exists() => {
-                let help = if what == "model file" {
-                    "run scripts/fetch-models.sh, or fix the path (relative paths start at the pipeline file's folder)"
-                } else {
-                    "fix the path (relative paths start at the pipeline file's folder); scripts/make-samples.sh makes the bundled samples"
-                };
+                let help = if what == "model file" { fetch_hint::missing_model(&p) } else { fetch_hint::missing_media(&p) };
                 diags.push(cfg.diag(value.span(), format!("{what} not found: {}", p.display())).with_help(help));
             }
             Ok(p) if p.is_dir() => diags.push(cfg.diag(value.span(), format!("{what} is a folder: {}", p.display()))),

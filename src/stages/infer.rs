@@ -84,7 +84,7 @@ impl Infer {
         if !path.exists() {
             return Err(cfg
                 .diag(c.model.span(), format!("model file not found: {}", path.display()))
-                .with_help("run scripts/fetch-models.sh, or fix the path (relative paths start at the pipeline file's folder)"));
+                .with_help(crate::config::fetch_hint::missing_model(&path)));
         }
         let intra_threads = c.intra_threads.unwrap_or_else(cores);
         let opts = SessionOptions {

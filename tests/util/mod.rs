@@ -158,3 +158,17 @@ pub fn get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     let (head, body) = resp.split_once("\r\n\r\n")?;
     Some((head.split_whitespace().nth(1)?.parse().ok()?, body.to_string()))
 }
+
+/// Check lines (frames and events of an ndjson sink) against docs/messages.schema.json.
+pub fn check_messages(lines: &[serde_json::Value]) {
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("docs/messages.schema.json")).unwrap()).unwrap();
+    let (mut schemas, mut compiler) = (boon::Schemas::new(), boon::Compiler::new());
+    compiler.add_resource("messages.schema.json", schema).unwrap();
+    let idx = compiler.compile("messages.schema.json", &mut schemas).unwrap();
+    for l in lines {
+        if let Err(e) = schemas.validate(l, idx) {
+            panic!("{l} does not match docs/messages.schema.json:\n{e:#}");
+        }
+    }
+}
