@@ -11,6 +11,7 @@ pub mod infer;
 pub mod level;
 pub mod postprocess;
 pub mod preprocess;
+pub mod redact;
 pub mod scalers;
 pub mod sinks;
 pub mod sources;
@@ -254,6 +255,9 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 None => continue,
             },
             NodeKind::TextDetection(c) => Ok(Body::Stage(Box::new(postprocess::db::TextDetection::new(name, c.clone())))),
+            NodeKind::Detection(c) if c.format == crate::config::YoloFormat::Centerface => {
+                Ok(Body::Stage(Box::new(postprocess::centerface::CenterFace::new(name, c.clone()))))
+            }
             NodeKind::Detection(c) => labels_for(cfg, graph, i, c.labels.as_ref(), rt)
                 .map(|names| Body::Stage(Box::new(postprocess::yolo::Yolo::new(name, c.clone(), names)) as Box<dyn Stage>)),
             NodeKind::Classification(c) => match labels_for(cfg, graph, i, c.labels.as_ref(), rt) {
@@ -263,6 +267,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
             NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
             NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
+            NodeKind::Redact(c) => redact::Redact::build(cfg, graph, i, c, pool_size).map(|s| Body::Stage(Box::new(s))),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
             #[cfg(feature = "bus")]
             NodeKind::KafkaJobs(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),
