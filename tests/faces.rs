@@ -75,12 +75,15 @@ fn iou(a: &[f64], b: &[f64]) -> f64 {
     inter / (area(a) + area(b) - inter)
 }
 
+/// One face: box and score `[x0, y0, x1, y1, score]`, and its landmarks.
+type Face = (Vec<f64>, Vec<[f64; 2]>);
+
 fn nums(v: &Value) -> Vec<f64> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
 }
 
 /// Our faces per frame: (box + score, keypoints).
-fn ours(ndjson: &Path, node: &str) -> Vec<Vec<(Vec<f64>, Vec<[f64; 2]>)>> {
+fn ours(ndjson: &Path, node: &str) -> Vec<Vec<Face>> {
     lines(&std::fs::read_to_string(ndjson).unwrap())
         .iter()
         .map(|l| {
@@ -102,11 +105,11 @@ fn ours(ndjson: &Path, node: &str) -> Vec<Vec<(Vec<f64>, Vec<[f64; 2]>)>> {
 /// Every face scoring >= 0.5 on either side has a partner on the other at
 /// IoU >= 0.9, its landmarks within a tenth of the face's size; returns the
 /// faces checked.
-fn same_faces(what: &str, ours: &[Vec<(Vec<f64>, Vec<[f64; 2]>)>], reference: &[Value]) -> usize {
+fn same_faces(what: &str, ours: &[Vec<Face>], reference: &[Value]) -> usize {
     assert_eq!(ours.len(), reference.len(), "{what}: frames");
     let mut checked = 0;
     for (seq, (o, r)) in ours.iter().zip(reference).enumerate() {
-        let r: Vec<(Vec<f64>, Vec<[f64; 2]>)> = r["boxes"]
+        let r: Vec<Face> = r["boxes"]
             .as_array()
             .unwrap()
             .iter()

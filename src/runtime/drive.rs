@@ -212,7 +212,7 @@ pub(super) fn run_node(
                         .map(|r| match r {
                             Ok(()) => Outcome::Done,
                             Err(StageError::Withheld(e)) => Outcome::Withhold(e),
-                            Err(StageError::Frame(e)) if pass_failed => Outcome::PassFailed(e),
+                            Err(StageError::Frame(e)) if pass_failed && on_error == OnError::Skip => Outcome::PassFailed(e),
                             Err(StageError::Frame(e)) if on_error == OnError::Skip => Outcome::Skip(e),
                             Err(e) => Outcome::Stop(e.to_string()),
                         })
@@ -226,7 +226,7 @@ pub(super) fn run_node(
                         batch
                             .iter()
                             .map(|_| match on_error {
-                                _ if pass_failed => Outcome::PassFailed(msg.clone()),
+                                OnError::Skip if pass_failed => Outcome::PassFailed(msg.clone()),
                                 OnError::Skip => Outcome::Skip(msg.clone()),
                                 OnError::Stop => Outcome::Stop(msg.clone()),
                             })
