@@ -109,6 +109,12 @@ weights = {t.name for t in model.graph.initializer}
 keep = [i for i in model.graph.input if i.name not in weights]
 del model.graph.input[:]
 model.graph.input.extend(keep)
+# Batch-norm counters (`num_batches_tracked`) no node reads: ONNX Runtime
+# warns once per unused weight at every load. Drop them.
+used = {name for node in model.graph.node for name in node.input}
+unused = [t for t in model.graph.initializer if t.name not in used]
+for t in unused:
+    model.graph.initializer.remove(t)
 onnx.checker.check_model(model)
 onnx.save(model, f"{dest}/centerface.onnx")
 open(f"{dest}/LICENSE", "wb").write(licence)

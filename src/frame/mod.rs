@@ -202,6 +202,9 @@ fn round_px<S: serde::Serializer>(v: &[f32; 4], s: S) -> Result<S::Ok, S::Error>
 fn round_quad<S: serde::Serializer>(v: &[[f32; 2]; 4], s: S) -> Result<S::Ok, S::Error> {
     serde::Serialize::serialize(&v.map(|p| p.map(|x| round_to(x, 100.0))), s)
 }
+fn round_points<S: serde::Serializer>(v: &[[f32; 2]], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|p| p.map(|x| round_to(x, 100.0))))
+}
 fn round_score<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(round_to(*v, 10_000.0))
 }
@@ -284,6 +287,11 @@ pub struct Object {
     pub class: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<Arc<str>>,
+    /// Landmarks in source pixels, in the model's order (CenterFace: left
+    /// eye, right eye, nose, left and right mouth corner); empty for models
+    /// that give none, and then left out of the JSON.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "round_points")]
+    pub keypoints: Vec<[f32; 2]>,
 }
 
 /// One class with its score.
@@ -453,6 +461,24 @@ pub enum Payload {
     },
     /// The job a frame belongs to (`kafka` source).
     Job(JobTag),
+    /// What a `redact` stage rewrote on this frame's picture.
+    Redaction(Redaction),
+    /// This stage failed on the frame, which went on only because a
+    /// `redact` stage after it redacts such frames whole (or drops them);
+    /// the stages in between pass it on untouched. Internal.
+    Failed(String),
+}
+
+/// What a `redact` stage did to one frame's picture.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Redaction {
+    /// Boxes rewritten (blurred, pixelated or filled).
+    pub boxes: u32,
+    /// Fixed regions blacked out.
+    pub regions: u32,
+    /// Why the whole picture was redacted (a detector failed or did not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full: Option<String>,
 }
 
 /// A job's id and which delivery of it this is (1 the first; more when it is redone).
@@ -466,7 +492,13 @@ impl Payload {
     /// The JSON sinks write (`None`: internal data such as tensors).
     pub fn to_json(&self) -> Option<serde_json::Value> {
         match self {
-            Payload::Input(_) | Payload::Outputs(_) | Payload::Crops(_) | Payload::Gated(_) | Payload::CarriedMoved { .. } => None,
+            Payload::Input(_)
+            | Payload::Outputs(_)
+            | Payload::Crops(_)
+            | Payload::Gated(_)
+            | Payload::CarriedMoved { .. }
+            | Payload::Failed(_) => None,
+            Payload::Redaction(r) => Some(serde_json::json!({ "redaction": r })),
             Payload::NotInferred(m) => Some(serde_json::json!({ "inferred": false, "mode": m })),
             Payload::TextBoxes(b) => Some(serde_json::json!({ "text_boxes": b })),
             Payload::Texts(t) => Some(serde_json::json!({ "texts": t })),
@@ -611,6 +643,15 @@ impl Frame {
             }
         }
         ran.then_some(WorkMode::Inferred)
+    }
+
+    /// The stage that failed on this frame and its error, when the frame
+    /// went on regardless (see [`Payload::Failed`]).
+    pub fn failed_upstream(&self) -> Option<(&Arc<str>, &str)> {
+        self.results.iter().find_map(|a| match &*a.payload {
+            Payload::Failed(e) => Some((&a.node, e.as_str())),
+            _ => None,
+        })
     }
 
     /// The most recent model outputs attached.

@@ -74,7 +74,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::Rtsp(c) if c.media == crate::config::MediaKind::Audio => DataType::Audio,
         NodeKind::File(_) | NodeKind::Rtsp(_) | NodeKind::Dir(_) => DataType::Video,
         NodeKind::Audio(_) | NodeKind::AudioTestSrc(_) => DataType::Audio,
-        NodeKind::TestSrc(_) | NodeKind::ImageSequence(_) | NodeKind::Request(_) => DataType::Video,
+        NodeKind::TestSrc(_) | NodeKind::ImageSequence(_) | NodeKind::Request(_) | NodeKind::Redact(_) => DataType::Video,
         NodeKind::Vad(_) => DataType::Speech,
         NodeKind::AudioLevel(_) => DataType::Level,
         NodeKind::Preprocess(_) => DataType::Tensor,
@@ -125,6 +125,10 @@ fn input_type(kind: &NodeKind) -> Option<(&'static [DataType], &'static str)> {
             "name a stage that yields boxes (`detection`, `text_detection`) or a `detections` source in `inputs`",
         )),
         NodeKind::Analytics(_) => Some((&[DataType::Tracks], "name a `track` stage in `inputs`")),
+        NodeKind::Redact(_) => Some((
+            &[DataType::Objects, DataType::TextBoxes, DataType::Texts, DataType::Tracks],
+            "name the stage whose boxes are to be redacted (`detection`, `text_detection`, `track`) in `inputs`",
+        )),
         NodeKind::Crop(_) => Some((
             &[DataType::TextBoxes, DataType::Classes, DataType::Tracks],
             "name a `text_detection` stage (or a `classification` of its regions, or a `track` stage after it) in `inputs`: its boxes are the regions to crop",

@@ -412,6 +412,20 @@ impl Collector for Metrics {
                 }),
             )?;
         }
+        // What each redact stage rewrote.
+        let redact: Vec<&NodeStats> = w.nodes.iter().filter(|s| s.kind == "redact").map(|s| s.as_ref()).collect();
+        counters(
+            &mut enc,
+            "infer_stream_redacted_boxes",
+            "Boxes a redact stage blurred, pixelated or filled.",
+            redact.iter().map(|s| (node_labels(p, s), s.redacted[0].load(Ordering::Relaxed))),
+        )?;
+        counters(
+            &mut enc,
+            "infer_stream_redacted_whole_frames",
+            "Frames a redact stage redacted whole because a detector before it failed on them or skipped them (`on_miss = \"full\"`).",
+            redact.iter().map(|s| (node_labels(p, s), s.redacted[1].load(Ordering::Relaxed))),
+        )?;
         // Ended streams beyond the most recent ones (a long `dir` batch), folded
         // per node so that the series stay few: these plus the per-stream series
         // add up to the node's counts.

@@ -27,6 +27,12 @@ enum Outcome {
     Skip(String),
     /// Failed in a way that stops the pipeline.
     Stop(String),
+    /// Failed, and passed on marked for the `redact` stage after this one.
+    PassFailed(String),
+    /// Failed upstream: passed on untouched to the `redact` stage after this one.
+    Pass,
+    /// Kept from the nodes after this one on purpose (`redact`'s `on_miss = "drop"`).
+    Withhold(String),
 }
 
 pub(super) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
@@ -128,7 +134,7 @@ pub(super) fn run_node(
     mut trace: Option<trace::TraceBuf>,
     links: Links,
 ) {
-    let Node { name, body, on_error, role, restart, .. } = node;
+    let Node { name, body, on_error, role, restart, pass_failed, .. } = node;
     match body {
         Body::Source(mut src) => {
             let mut emit = |f: Frame| out.send(f);
@@ -194,18 +200,34 @@ pub(super) fn run_node(
                     }
                     continue;
                 }
+                // Frames a stage before failed on go to the `redact` stage after, untouched.
+                let mut failed_before: Vec<(usize, Frame)> = Vec::new();
+                if st.kind != "redact" && batch.iter().any(|f| f.failed_upstream().is_some()) {
+                    let mut i = 0;
+                    let mut k = 0;
+                    while i < batch.len() {
+                        if batch[i].failed_upstream().is_some() {
+                            failed_before.push((k, batch.remove(i)));
+                        } else {
+                            i += 1;
+                        }
+                        k += 1;
+                    }
+                }
                 let t0 = Instant::now();
-                let r = catch_unwind(AssertUnwindSafe(|| stage.process_batch(&mut batch)));
+                let r = if batch.is_empty() { Ok(Vec::new()) } else { catch_unwind(AssertUnwindSafe(|| stage.process_batch(&mut batch))) };
                 let t1 = Instant::now();
                 if max > 1 {
                     st.batch_formed(batch.len());
                 }
-                let per_frame = (t1 - t0) / batch.len() as u32;
-                let results: Vec<Outcome> = match r {
+                let per_frame = (t1 - t0) / batch.len().max(1) as u32;
+                let mut results: Vec<Outcome> = match r {
                     Ok(rs) => rs
                         .into_iter()
                         .map(|r| match r {
                             Ok(()) => Outcome::Done,
+                            Err(StageError::Withheld(e)) => Outcome::Withhold(e),
+                            Err(StageError::Frame(e)) if pass_failed && on_error == OnError::Skip => Outcome::PassFailed(e),
                             Err(StageError::Frame(e)) if on_error == OnError::Skip => Outcome::Skip(e),
                             Err(e) => Outcome::Stop(e.to_string()),
                         })
@@ -218,10 +240,18 @@ pub(super) fn run_node(
                         }
                         batch
                             .iter()
-                            .map(|_| if on_error == OnError::Skip { Outcome::Skip(msg.clone()) } else { Outcome::Stop(msg.clone()) })
+                            .map(|_| match on_error {
+                                OnError::Skip if pass_failed => Outcome::PassFailed(msg.clone()),
+                                OnError::Skip => Outcome::Skip(msg.clone()),
+                                OnError::Stop => Outcome::Stop(msg.clone()),
+                            })
                             .collect()
                     }
                 };
+                for (k, f) in failed_before {
+                    batch.insert(k, f);
+                    results.insert(k, Outcome::Pass);
+                }
                 for (mut frame, r) in batch.drain(..).zip(results) {
                     // Events the stage raised on this frame follow it, whatever became of it.
                     let events = std::mem::take(&mut frame.events);
@@ -245,8 +275,42 @@ pub(super) fn run_node(
                             {
                                 up.add_work(&frame.stream, stats::WORK_CARRIED_MOVED, n as u64);
                             }
+                            if st.kind == "redact"
+                                && let Some(r) = frame.results.iter().rev().find_map(|a| match &*a.payload {
+                                    crate::frame::Payload::Redaction(r) if a.node == name => Some(r),
+                                    _ => None,
+                                })
+                            {
+                                st.redacted[0].fetch_add(r.boxes as u64, Ordering::Relaxed);
+                                st.redacted[1].fetch_add(r.full.is_some() as u64, Ordering::Relaxed);
+                            }
                             st.passed(&frame);
                             out.send(frame);
+                        }
+                        Outcome::PassFailed(e) => {
+                            let n = st.failed_on(&frame);
+                            if n.is_power_of_two() {
+                                tracing::warn!(
+                                    "stage `{name}`: stream `{}` frame {}: {e} (passed on to be redacted whole or dropped; {n} so far)",
+                                    frame.stream,
+                                    frame.seq
+                                );
+                            }
+                            frame.attach(&name, crate::frame::Payload::Failed(e));
+                            out.send(frame);
+                        }
+                        Outcome::Pass => {
+                            st.passed(&frame);
+                            out.send(frame);
+                        }
+                        Outcome::Withhold(e) => {
+                            frame.ticket.dropped();
+                            st.dropped.fetch_add(1, Ordering::Relaxed);
+                            st.stream(&frame.stream, stats::StreamEvent::Dropped);
+                            let n = st.dropped.load(Ordering::Relaxed);
+                            if n.is_power_of_two() {
+                                tracing::warn!("stage `{name}`: stream `{}` frame {}: {e} (dropped; {n} so far)", frame.stream, frame.seq);
+                            }
                         }
                         Outcome::Skip(e) => {
                             frame.ticket.failed();

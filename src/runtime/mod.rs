@@ -215,6 +215,9 @@ pub struct Node {
     pub provider: Option<String>,
     /// How a source decodes (software, or the device and why).
     pub decode: Option<String>,
+    /// A `redact` stage comes after this stage: a frame it fails on goes on,
+    /// marked, to be redacted whole or withheld there, rather than skipped.
+    pub pass_failed: bool,
 }
 
 /// Whether a source that stopped (with `err`, or at the end of its input)
@@ -267,11 +270,29 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(cfg: &PipelineConfig, graph: Graph, bodies: Vec<Body>) -> Self {
+        // Per node: a `redact` stage lies downstream.
+        let redact_after: Vec<bool> = (0..cfg.nodes.len())
+            .map(|i| {
+                let mut seen = vec![false; cfg.nodes.len()];
+                let mut todo = graph.consumers[i].clone();
+                while let Some(c) = todo.pop() {
+                    if matches!(cfg.nodes[c].kind, crate::config::NodeKind::Redact(_)) {
+                        return true;
+                    }
+                    if !std::mem::replace(&mut seen[c], true) {
+                        todo.extend(graph.consumers[c].iter().copied());
+                    }
+                }
+                false
+            })
+            .collect();
         let nodes: Vec<Node> = cfg
             .nodes
             .iter()
             .zip(bodies)
-            .map(|(n, body): (&NodeConfig, Body)| Node {
+            .enumerate()
+            .map(|(i, (n, body)): (usize, (&NodeConfig, Body))| Node {
+                pass_failed: n.role == Role::Stage && redact_after[i],
                 name: Arc::from(n.name.as_str()),
                 kind: n.kind.name(),
                 role: n.role,

@@ -23,6 +23,10 @@ pub enum StageError {
     /// The stage cannot go on (always stops the pipeline).
     #[error("{0}")]
     Fatal(String),
+    /// The stage keeps this frame from the nodes after it on purpose (a
+    /// `redact` stage's `on_miss = "drop"`): counted as dropped, whatever `on_error` says.
+    #[error("{0}")]
+    Withheld(String),
 }
 
 /// Produces frames until its input ends or the pipeline stops.

@@ -79,6 +79,19 @@ pub struct NodeReport {
     /// Message-bus sinks (Kafka, MQTT): delivered, retried, spooled, spool bytes, latency, errors.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery: Option<crate::bus::DeliveryReport>,
+    /// `redact` stages: what was redacted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redaction: Option<RedactionReport>,
+}
+
+/// What a `redact` stage did: boxes redacted, frames redacted whole (a
+/// detector failed on them or skipped them), frames withheld
+/// (`on_miss = "drop"`, also counted in `dropped`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RedactionReport {
+    pub boxes: u64,
+    pub whole_frames: u64,
+    pub withheld_frames: u64,
 }
 
 /// What an infer stage's model did with one stream's frames: ran
@@ -278,6 +291,11 @@ impl RunReport {
                         })
                         .collect(),
                     delivery: s.delivery.get().map(|d| d.report()),
+                    redaction: (s.kind == "redact").then(|| RedactionReport {
+                        boxes: s.redacted[0].load(Ordering::Relaxed),
+                        whole_frames: s.redacted[1].load(Ordering::Relaxed),
+                        withheld_frames: s.dropped.load(Ordering::Relaxed),
+                    }),
                 }
             })
             .collect();
@@ -400,6 +418,15 @@ impl RunReport {
             let frames: u64 = n.batch_sizes.iter().map(|(size, count)| *size as u64 * count).sum();
             let batches: u64 = n.batch_sizes.iter().map(|(_, c)| c).sum();
             let _ = writeln!(s, "{}: batches {} (mean {:.2} frames)", n.name, sizes.join(", "), frames as f64 / batches.max(1) as f64);
+        }
+        for n in &self.nodes {
+            if let Some(r) = &n.redaction {
+                let _ = writeln!(
+                    s,
+                    "{}: redacted {} box(es); {} frame(s) whole and {} withheld (a detector failed on them or skipped them)",
+                    n.name, r.boxes, r.whole_frames, r.withheld_frames
+                );
+            }
         }
         for n in &self.nodes {
             for w in n.work.iter().filter(|w| w.predicted + w.carried + w.reread > 0) {

@@ -116,6 +116,8 @@ pub struct NodeStats {
     /// Frames its input queue dropped (drop_oldest / drop_newest).
     pub dropped: AtomicU64,
     pub failed: AtomicU64,
+    /// `redact` stages: boxes redacted, and frames redacted whole (a detector failed or skipped them).
+    pub redacted: [AtomicU64; 2],
     pub decode_errors: AtomicU64,
     /// Stretches of corrupt input a source skipped (each logged once).
     pub corrupt_bursts: AtomicU64,
@@ -178,6 +180,7 @@ impl NodeStats {
             frames_out: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            redacted: [AtomicU64::new(0), AtomicU64::new(0)],
             decode_errors: AtomicU64::new(0),
             losses: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),

@@ -12,6 +12,7 @@ pub mod infer;
 pub mod level;
 pub mod postprocess;
 pub mod preprocess;
+pub mod redact;
 pub mod scalers;
 pub mod sinks;
 pub mod sources;
@@ -83,6 +84,7 @@ fn builder(kind: &NodeKind) -> &dyn Build {
         NodeKind::Detection(c) => c,
         NodeKind::Classification(c) => c,
         NodeKind::Track(c) => c,
+        NodeKind::Redact(c) => c,
         NodeKind::Analytics(c) => c,
         NodeKind::Ndjson(c) => c,
         NodeKind::Null(c) => c,

@@ -123,6 +123,9 @@ pub enum YoloFormat {
     Yolov5,
     /// NMS-free end to end (v10, YOLO26): [B, N, 6] = x0, y0, x1, y1, score, class.
     End2end,
+    /// CenterFace (faces with 5 landmarks): four outputs, heatmap [B, 1, h, w],
+    /// scale [B, 2, h, w], offset [B, 2, h, w], landmarks [B, 10, h, w].
+    Centerface,
 }
 
 /// `kind = "detection"`: YOLO-family outputs → boxes, classes and scores in source pixels.
@@ -300,4 +303,99 @@ pub struct ZoneConfig {
     pub classes: Option<Vec<u32>>,
     /// Source streams it applies to (default: all).
     pub streams: Option<Spanned<Vec<String>>>,
+}
+
+/// `kind = "redact"`: rewrites each frame's picture so that the sinks after
+/// it get it anonymised: the boxes of the detection stages before it
+/// (detections, text boxes, tracks, their predicted boxes between
+/// detections included) blurred, pixelated or filled, and fixed `regions`
+/// blacked out on every frame.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactConfig {
+    #[serde(default)]
+    pub method: RedactMethod,
+    #[serde(default)]
+    pub shape: RedactShape,
+    /// Each side of a box grows by `mask_scale - 1` times the box's size
+    /// before redacting (as deface's `--mask-scale`).
+    #[serde(default = "redact_mask_scale")]
+    pub mask_scale: Spanned<f32>,
+    /// `solid`: the fill, RGB 0–255.
+    #[serde(default)]
+    pub color: [u8; 3],
+    /// `pixelate`: cells across the longer side of a box.
+    #[serde(default = "redact_blocks")]
+    pub blocks: Spanned<u32>,
+    /// Nodes whose boxes are redacted and that must have run on each frame
+    /// (default: the stage's `inputs`).
+    pub from: Option<Spanned<Vec<String>>>,
+    /// Classes redacted, by id or label (default: all).
+    pub classes: Option<Vec<ClassRef>>,
+    /// Boxes scoring below this are left alone.
+    #[serde(default)]
+    pub min_score: f32,
+    /// Polygons (source pixels, at least three corners each) blacked out on every frame.
+    #[serde(default = "no_regions")]
+    pub regions: Spanned<Vec<Vec<[f64; 2]>>>,
+    /// A frame on which a detector of `from` failed or did not run (and no
+    /// tracker predicted its boxes): `full` redacts the whole picture, `drop`
+    /// drops the frame.
+    #[serde(default)]
+    pub on_miss: OnMiss,
+    /// Keep the redacted boxes in the results (NDJSON and the other result sinks).
+    #[serde(default = "super::yes")]
+    pub keep_boxes: bool,
+}
+
+fn redact_mask_scale() -> Spanned<f32> {
+    Spanned::new(0..0, 1.3)
+}
+fn no_regions() -> Spanned<Vec<Vec<[f64; 2]>>> {
+    Spanned::new(0..0, Vec::new())
+}
+fn redact_blocks() -> Spanned<u32> {
+    Spanned::new(0..0, 8)
+}
+
+/// How a redacted area is rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedactMethod {
+    /// A box blur as wide as half the area (as deface), strong enough to leave no detail.
+    #[default]
+    Blur,
+    /// Coarse cells, each the mean of its pixels.
+    Pixelate,
+    /// One colour (`color`).
+    Solid,
+}
+
+/// The part of a (scaled) box that is redacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedactShape {
+    /// The ellipse inscribed in the box (as deface).
+    #[default]
+    Ellipse,
+    Box,
+}
+
+/// What a redact stage does with a frame whose detector failed or did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMiss {
+    /// Redact the whole picture.
+    #[default]
+    Full,
+    /// Drop the frame: no sink after the stage gets it.
+    Drop,
+}
+
+/// A class named by id or by label.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ClassRef {
+    Id(u32),
+    Label(String),
 }

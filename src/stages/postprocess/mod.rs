@@ -1,5 +1,6 @@
 //! Postprocessors: model outputs → results in source coordinates.
 
+pub mod centerface;
 pub mod classify;
 pub mod ctc;
 pub mod db;

@@ -62,6 +62,7 @@ pub fn candidates(data: &[f32], a: usize, b: usize, format: YoloFormat, confiden
             }
         }
         YoloFormat::Auto => unreachable!("resolved before"),
+        YoloFormat::Centerface => return Err("centerface outputs are decoded by their own stage".into()),
     }
     Ok(out)
 }
@@ -106,7 +107,7 @@ impl Yolo {
                 };
                 let (x0, y0) = lb.unmap(d.bbox[0], d.bbox[1]);
                 let (x1, y1) = lb.unmap(d.bbox[2], d.bbox[3]);
-                Object { bbox: [x0, y0, x1, y1], score: d.score, class, label: self.labels.get(class as usize).cloned() }
+                Object { bbox: [x0, y0, x1, y1], score: d.score, class, label: self.labels.get(class as usize).cloned(), keypoints: vec![] }
             })
             .filter(|o| o.bbox[2] > o.bbox[0] && o.bbox[3] > o.bbox[1])
             .collect())
@@ -141,6 +142,10 @@ impl Stage for Yolo {
 
 impl Build for DetectionConfig {
     fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
+        // CenterFace is a detection format of its own (faces and landmarks).
+        if self.format == crate::config::YoloFormat::Centerface {
+            return Ok(Body::Stage(Box::new(super::centerface::CenterFace::new(cx.name.clone(), self.clone()))));
+        }
         let names = cx.labels(self.labels.as_ref())?;
         Ok(Body::Stage(Box::new(Yolo::new(cx.name.clone(), self.clone(), names))))
     }

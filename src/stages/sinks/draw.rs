@@ -342,7 +342,8 @@ mod tests {
             events: Vec::new(),
         };
         let name: std::sync::Arc<str> = "det".into();
-        let boxes = tracks.iter().map(|(_, b)| crate::frame::Object { bbox: *b, score: 0.9, class: 0, label: None }).collect();
+        let boxes =
+            tracks.iter().map(|(_, b)| crate::frame::Object { bbox: *b, score: 0.9, class: 0, label: None, keypoints: vec![] }).collect();
         f.attach(&name, Payload::Objects(boxes));
         let tracks = tracks
             .iter()

@@ -209,7 +209,16 @@ mod tests {
         );
         f.image = Some(Arc::new(Image::rgb24(2, 2, PoolBuf::detached(vec![0; 12]))));
         let (det, text): (Arc<str>, Arc<str>) = ("det".into(), "text".into());
-        f.attach(&det, Payload::Objects(vec![Object { bbox: [1.0, 2.5, 3.0, 4.0], score: 0.75, class: 2, label: Some("car".into()) }]));
+        f.attach(
+            &det,
+            Payload::Objects(vec![Object {
+                bbox: [1.0, 2.5, 3.0, 4.0],
+                score: 0.75,
+                class: 2,
+                label: Some("car".into()),
+                keypoints: vec![],
+            }]),
+        );
         f.attach(
             &text,
             Payload::TextBoxes(vec![TextBox {

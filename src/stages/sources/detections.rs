@@ -51,6 +51,7 @@ pub fn parse_mot(text: &str) -> Result<BTreeMap<u64, Vec<Object>>, (usize, Strin
             score: score as f32,
             class,
             label: None,
+            keypoints: vec![],
         });
     }
     Ok(frames)
@@ -111,7 +112,7 @@ mod tests {
     fn reads_mot_lines() {
         let f = parse_mot("1,-1,10,20,30,40,0.9,-1,-1,-1\n# comment\n\n3, 2, 0, 0, 5, 5, 1, 2, 1\n").unwrap();
         assert_eq!(f.len(), 2);
-        assert_eq!(f[&1][0], Object { bbox: [10.0, 20.0, 40.0, 60.0], score: 0.9, class: 0, label: None });
+        assert_eq!(f[&1][0], Object { bbox: [10.0, 20.0, 40.0, 60.0], score: 0.9, class: 0, label: None, keypoints: vec![] });
         assert_eq!((f[&3][0].class, f[&3][0].bbox), (2, [0.0, 0.0, 5.0, 5.0]));
     }
 
