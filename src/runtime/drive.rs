@@ -230,8 +230,13 @@ pub(super) fn run_node(
                             {
                                 up.add_work(&frame.stream, stats::WORK_CARRIED_MOVED, n as u64);
                             }
-                            st.passed(&frame);
-                            out.send(frame);
+                            if frame.filtered {
+                                frame.ticket.filtered();
+                                st.filtered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            } else {
+                                st.passed(&frame);
+                                out.send(frame);
+                            }
                         }
                         Outcome::Skip(e) => {
                             frame.ticket.failed();

@@ -11,6 +11,8 @@ pub mod infer;
 pub mod level;
 pub mod postprocess;
 pub mod preprocess;
+#[cfg(feature = "python")]
+pub mod python;
 pub mod scalers;
 pub mod sinks;
 pub mod sources;
@@ -263,6 +265,10 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
             NodeKind::Crop(c) => Ok(Body::Stage(Box::new(crop::Crop::new(name, c, pool_size)))),
             NodeKind::Track(c) => Ok(Body::Stage(Box::new(track::Track::new(name, c)))),
             NodeKind::Analytics(c) => Ok(Body::Stage(Box::new(analytics::AnalyticsStage::new(name, c)))),
+            #[cfg(feature = "python")]
+            NodeKind::Python(c) => python::PythonStage::build(cfg, node, c, pool_size).map(|s| Body::Stage(Box::new(s))),
+            #[cfg(not(feature = "python"))]
+            NodeKind::Python(_) => Err(crate::features::node_not_compiled(cfg, node, "python")),
             NodeKind::Detections(c) => sources::detections::DetectionsSource::build(cfg, c, opts.max_frames).map(|s| Body::Source(Box::new(s))),
             #[cfg(feature = "bus")]
             NodeKind::KafkaJobs(c) => sources::kafka::KafkaSource::build(cfg, node, c, pool_size).map(|s| Body::Source(Box::new(s))),

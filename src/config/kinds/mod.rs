@@ -53,6 +53,7 @@ pub enum NodeKind {
     Kafka(KafkaSinkConfig),
     Mqtt(MqttSinkConfig),
     Request(RequestSourceConfig),
+    Python(PythonConfig),
 }
 
 impl NodeKind {
@@ -85,6 +86,7 @@ impl NodeKind {
             NodeKind::KafkaJobs(_) | NodeKind::Kafka(_) => "kafka",
             NodeKind::Mqtt(_) => "mqtt",
             NodeKind::Request(_) => "request",
+            NodeKind::Python(_) => "python",
         }
     }
 }
@@ -103,6 +105,7 @@ const STAGE_KINDS: &[&str] = &[
     "audio_level",
     "track",
     "analytics",
+    "python",
 ];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null", "kafka", "mqtt"];
 
@@ -144,6 +147,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Sink, "kafka") => NodeKind::Kafka(KafkaSinkConfig::deserialize(d)?),
         (Role::Sink, "mqtt") => NodeKind::Mqtt(MqttSinkConfig::deserialize(d)?),
         (Role::Source, "request") => NodeKind::Request(RequestSourceConfig::deserialize(d)?),
+        (Role::Stage, "python") => NodeKind::Python(PythonConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }
