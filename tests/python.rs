@@ -368,3 +368,18 @@ fn colour_enrichment_adds_a_field_to_every_box() {
         serde_json::json!({"shape": [20, 40, 3], "dtype": "uint8", "left": [255, 0, 0], "right": [0, 0, 255]})
     );
 }
+
+/// A slow `process` shows in `bench` like any stage: named as the bottleneck,
+/// with the way to scale it.
+#[test]
+fn a_slow_process_is_the_bench_bottleneck() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = "import time\n\ndef process(frame):\n    time.sleep(0.02)\n";
+    let stages = "[stages.slow]\nkind = \"python\"\ninputs = [\"cam\"]\nscript = \"plugin.py\"";
+    let p = pipeline(dir.path(), plugin, 30, stages, "slow");
+    let o = run_in(dir.path(), &["-q", "bench", p.to_str().unwrap(), "--frames", "30"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let line = text.lines().find(|l| l.starts_with("bottleneck: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.starts_with("bottleneck: slow is ") && line.contains("the GIL") && line.contains("more processes"), "{text}");
+}
