@@ -383,3 +383,26 @@ fn a_slow_process_is_the_bench_bottleneck() {
     let line = text.lines().find(|l| l.starts_with("bottleneck: ")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.starts_with("bottleneck: slow is ") && line.contains("the GIL") && line.contains("more processes"), "{text}");
 }
+
+/// A result that breaks the rules fails its frame with what to fix: boxes not
+/// in the detection schema, an event setting a key the pipeline writes, an
+/// event without a name; nothing of a failed frame is applied.
+#[test]
+fn wrong_results_fail_the_frame_with_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = "def process(frame):\n    \
+                  if frame.seq == 0:\n        return {\"detections\": [{\"bbox\": [1, 2, 3], \"score\": 0.5, \"class\": 0}], \"events\": [{\"event\": \"x\"}]}\n    \
+                  if frame.seq == 1:\n        return {\"events\": [{\"event\": \"x\", \"stream\": \"other\"}]}\n    \
+                  if frame.seq == 2:\n        return {\"events\": [{\"name\": \"x\"}]}\n    \
+                  return {\"ok\": 1}\n";
+    let stages = "[stages.mine]\nkind = \"python\"\ninputs = [\"cam\"]\nscript = \"plugin.py\"\non_error = \"skip\"\n";
+    let p = pipeline(dir.path(), plugin, 4, stages, "mine");
+    let o = run(dir.path(), &p);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let lines = read_ndjson(&dir.path().join("out.ndjson"));
+    assert_eq!(lines.len(), 1, "only frame 3 passes, and no event of a failed frame is sent: {lines:?}");
+    assert!(err.contains("frame 0: plugin.py:process: detections[0]: \"bbox\" must be 4 numbers"), "{err}");
+    assert!(err.contains("frame 1: plugin.py:process: events[0] sets \"stream\", which the pipeline writes"), "{err}");
+    assert!(err.contains("failed 3"), "{err}");
+}
