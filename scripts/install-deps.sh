@@ -20,6 +20,9 @@ RUN_PKGS=(
   # ONNX Runtime and the models come from PyPI wheels (scripts/fetch-models.sh);
   # the demo's clip is drawn with DejaVu (scripts/make-samples.sh --demo)
   python3 python3-pip ca-certificates fonts-dejavu-core
+  # `kind = "python"` stages (the `python` feature, in the default build):
+  # libpython to embed and link, numpy for tensors and pictures (docs/python.md)
+  python3-dev python3-numpy
 )
 
 # What the tests need besides (scripts/setup.sh, scripts/test.sh, CI): the

@@ -42,6 +42,30 @@ pub struct CudaFacts {
     pub devices: usize,
 }
 
+/// The Python `python` stages run in (the `python` feature): the embedded
+/// interpreter's version and its numpy's, or why not.
+#[derive(Debug, Clone, Serialize)]
+pub struct PythonFacts {
+    pub built: bool,
+    pub version: Option<String>,
+    pub numpy: Option<String>,
+    pub error: Option<String>,
+}
+
+fn python() -> PythonFacts {
+    #[cfg(feature = "python")]
+    {
+        let (version, numpy) = crate::stages::python::interp::versions();
+        let (numpy, error) = match numpy {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(format!("numpy does not import: {e} (install python3-numpy)"))),
+        };
+        PythonFacts { built: true, version: Some(version), numpy, error }
+    }
+    #[cfg(not(feature = "python"))]
+    PythonFacts { built: false, version: None, numpy: None, error: None }
+}
+
 /// The whole report, plus what a pipeline will actually run on.
 #[derive(Debug, Clone, Serialize)]
 pub struct Doctor {
@@ -49,6 +73,7 @@ pub struct Doctor {
     pub gstreamer: GstFacts,
     pub onnxruntime: OrtFacts,
     pub cuda: CudaFacts,
+    pub python: PythonFacts,
     /// Decode path a pipeline gets here.
     pub decode: String,
     /// Best execution provider a pipeline gets here.
@@ -125,7 +150,17 @@ pub fn probe(ort_library: Option<&Path>) -> Doctor {
         Ok(c) => format!("{}: {}", c.name, c.note.unwrap_or_else(|| "chosen".into())),
         Err(e) => format!("none: {e}"),
     };
-    Doctor { ffmpeg, gstreamer: gst(), onnxruntime, cuda, decode, inference, encode, features: crate::features::FEATURES.to_vec() }
+    Doctor {
+        ffmpeg,
+        gstreamer: gst(),
+        onnxruntime,
+        cuda,
+        python: python(),
+        decode,
+        inference,
+        encode,
+        features: crate::features::FEATURES.to_vec(),
+    }
 }
 
 /// The best provider a pipeline gets, and why not a better one.
@@ -194,6 +229,13 @@ impl Doctor {
             ));
         } else {
             s.push_str(&format!("CUDA          built without the `cuda` feature; NVIDIA driver present: {}\n", yes(c.driver)));
+        }
+        let py = &self.python;
+        match (&py.version, &py.numpy, &py.error) {
+            (Some(v), Some(n), _) => s.push_str(&format!("Python        {v} (embedded), numpy {n}: `python` stages run here\n")),
+            (Some(v), _, Some(e)) => s.push_str(&format!("Python        {v} (embedded); {e}\n")),
+            _ if !py.built => s.push_str("Python        built without the `python` feature\n"),
+            _ => {}
         }
         s.push_str(&format!("=> decode:    {}\n=> inference: {}\n=> encode:    {}\n", self.decode, self.inference, self.encode));
         let (with, without): (Vec<_>, Vec<_>) = self.features.iter().partition(|f| f.compiled);

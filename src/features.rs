@@ -25,6 +25,11 @@ pub const FEATURES: &[Feature] = &[
         what: "Kafka and MQTT sinks, the Kafka job source (kind = \"kafka\", \"mqtt\")",
     },
     Feature { name: "serve", compiled: cfg!(feature = "serve"), what: "`infer-stream serve`: the REST and gRPC API" },
+    Feature {
+        name: "python",
+        compiled: cfg!(feature = "python"),
+        what: "`kind = \"python\"` stages: your own Python code on each frame (embedded CPython, numpy)",
+    },
     Feature { name: "cuda", compiled: cfg!(feature = "cuda"), what: "the GPU path: NVDEC, NVRTC kernels, device tensors" },
 ];
 
@@ -55,6 +60,7 @@ pub fn has(name: &str) -> bool {
 fn missing_for_kind(kind: &NodeKind, have: &dyn Fn(&str) -> bool) -> Option<&'static str> {
     match kind {
         NodeKind::Kafka(_) | NodeKind::KafkaJobs(_) | NodeKind::Mqtt(_) if !have("bus") => Some("bus"),
+        NodeKind::Python(_) if !have("python") => Some("python"),
         _ => None,
     }
 }

@@ -19,3 +19,6 @@ pub mod nvdec;
 
 #[cfg(feature = "gstreamer")]
 pub mod gstreamer;
+
+#[cfg(feature = "python")]
+pub mod python;

@@ -201,6 +201,9 @@ fn hint(n: &NodeReport) -> String {
         "preprocess" => "try interpolation = \"fast_bilinear\" or a smaller tensor",
         "file" => "decode-bound: try decoder_threads = 0 (all cores) or a lighter codec",
         "text_detection" => "raise threshold or box_threshold to cut candidate regions",
+        "python" => {
+            "its Python code runs on one core (the GIL): do the work in numpy, or split the streams over more processes (docs/python.md)"
+        }
         _ => "this sink cannot keep up: compare with --null-sinks",
     };
     format!("{} is {busy:.0}% busy: {what}", n.name)

@@ -152,8 +152,14 @@ pub fn measure(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions, plan: &
     let e2e = e2e.or_else(|| merged(&sinks));
     let seconds = (end.at - start.at).as_secs_f64().max(1e-6);
     let d = |f: fn(&Counts) -> u64| f(&end.counts).saturating_sub(f(&start.counts));
-    let frames =
-        Counts { decoded: d(|c| c.decoded), processed: d(|c| c.processed), dropped: d(|c| c.dropped), failed: d(|c| c.failed), lost: 0 };
+    let frames = Counts {
+        decoded: d(|c| c.decoded),
+        processed: d(|c| c.processed),
+        dropped: d(|c| c.dropped),
+        failed: d(|c| c.failed),
+        filtered: d(|c| c.filtered),
+        lost: 0,
+    };
     let per_stream: Vec<f64> = end
         .streams
         .iter()

@@ -36,6 +36,15 @@ pub(super) fn validate(paths: &[PathBuf], no_models: bool, ort_library: Option<P
         {
             all.0.append(&mut d.0);
         }
+        // `python` stages: the code imports and its functions fit (setup is not called).
+        #[cfg(feature = "python")]
+        for node in &cfg.nodes {
+            if let config::NodeKind::Python(c) = &node.kind
+                && let Err(d) = stages::python::check(&cfg, node, c)
+            {
+                all.push(d);
+            }
+        }
         if !no_models {
             let opts = BuildOptions { ort_library: ort_library.clone(), batch_state: true, ..Default::default() };
             let mut models = stages::ModelIo::new();

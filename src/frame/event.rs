@@ -49,6 +49,9 @@ pub enum EventKind {
         dwell_ms: Option<u64>,
         track_ended: bool,
     },
+    /// An event a `python` stage returned: its name (`event`), the stage, and
+    /// the other fields as given.
+    Custom { name: String, stage: Arc<str>, fields: serde_json::Map<String, Value> },
 }
 
 /// The track an event is about.
@@ -106,15 +109,17 @@ impl Event {
         Event { stream, at_ms: wall_ms(), kind }
     }
 
-    /// `lost`, `reconnected`, `track_ended`, `crossed`, `entered` or `left`.
-    pub fn name(&self) -> &'static str {
-        match self.kind {
+    /// `lost`, `reconnected`, `track_ended`, `crossed`, `entered`, `left`, or
+    /// the name a `python` stage gave.
+    pub fn name(&self) -> &str {
+        match &self.kind {
             EventKind::Lost { .. } => "lost",
             EventKind::Reconnected { .. } => "reconnected",
             EventKind::TrackEnded { .. } => "track_ended",
             EventKind::Crossed { .. } => "crossed",
             EventKind::Entered { .. } => "entered",
             EventKind::Left { .. } => "left",
+            EventKind::Custom { name, .. } => name,
         }
     }
 
@@ -157,6 +162,12 @@ impl Event {
                     v["dwell_ms"] = json!(d);
                 }
                 v["track_ended"] = json!(track_ended);
+            }
+            EventKind::Custom { stage, fields, .. } => {
+                v["stage"] = json!(&**stage);
+                for (k, x) in fields {
+                    v[k.as_str()] = x.clone();
+                }
             }
         }
         v["at_ms"] = json!(self.at_ms);

@@ -467,6 +467,10 @@ pub enum Payload {
     /// `redact` stage after it redacts such frames whole (or drops them);
     /// the stages in between pass it on untouched. Internal.
     Failed(String),
+    /// What a `python` stage returned: its JSON, written as is, and the boxes of
+    /// its `detections` when they follow the detection schema (so that track,
+    /// analytics and the overlay read them as a detection stage's).
+    Custom(CustomResult),
 }
 
 /// What a `redact` stage did to one frame's picture.
@@ -479,6 +483,14 @@ pub struct Redaction {
     /// Why the whole picture was redacted (a detector failed or did not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub full: Option<String>,
+}
+
+/// A `python` stage's result: the dict it returned, as JSON (written as is),
+/// and the boxes of its `detections` read for the stages after it.
+#[derive(Debug, Clone)]
+pub struct CustomResult {
+    pub json: serde_json::Map<String, serde_json::Value>,
+    pub objects: Option<Vec<Object>>,
 }
 
 /// A job's id and which delivery of it this is (1 the first; more when it is redone).
@@ -509,6 +521,17 @@ impl Payload {
             Payload::Tracks(t) => Some(serde_json::to_value(t).expect("tracks serialise")),
             Payload::Places(p) => Some(p.to_json()),
             Payload::Job(j) => Some(serde_json::json!({ "job": &*j.id, "attempt": j.attempt })),
+            // As returned (extra fields of its boxes included).
+            Payload::Custom(c) => Some(serde_json::Value::Object(c.json.clone())),
+        }
+    }
+
+    /// Detected boxes: a detection stage's, or a `python` stage's in the detection schema.
+    pub fn objects(&self) -> Option<&[Object]> {
+        match self {
+            Payload::Objects(o) => Some(o),
+            Payload::Custom(CustomResult { objects: Some(o), .. }) => Some(o),
+            _ => None,
         }
     }
 }
@@ -544,6 +567,9 @@ pub struct Frame {
     /// Events a stage raised on this frame: the runtime takes them off and
     /// sends them on right after the frame, in order, to every sink.
     pub events: Vec<Event>,
+    /// A stage took the frame out on purpose (a `python` stage's `"drop": true`):
+    /// not passed on, counted as filtered (neither failed nor dropped by a queue).
+    pub filtered: bool,
 }
 
 impl Frame {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 const SUNK: u8 = 1;
 const DROPPED: u8 = 2;
 const FAILED: u8 = 4;
+const FILTERED: u8 = 8;
 
 /// Pipeline-wide frame counters.
 #[derive(Debug, Default)]
@@ -19,6 +20,8 @@ pub struct Accounting {
     pub processed: AtomicU64,
     pub dropped: AtomicU64,
     pub failed: AtomicU64,
+    /// Taken out on purpose by a stage (a `python` stage's `"drop": true`).
+    pub filtered: AtomicU64,
     pub lost: AtomicU64,
 }
 
@@ -29,16 +32,18 @@ pub struct Counts {
     pub processed: u64,
     pub dropped: u64,
     pub failed: u64,
+    /// Taken out on purpose by a stage (`python`'s `"drop": true`).
+    pub filtered: u64,
     pub lost: u64,
 }
 
 impl Counts {
-    /// decoded = processed + dropped + failed, with nothing lost.
+    /// decoded = processed + dropped + failed + filtered, with nothing lost.
     pub fn balanced(&self) -> bool {
-        self.lost == 0 && self.decoded == self.processed + self.dropped + self.failed
+        self.lost == 0 && self.decoded == self.processed + self.dropped + self.failed + self.filtered
     }
     pub fn settled(&self) -> u64 {
-        self.processed + self.dropped + self.failed + self.lost
+        self.processed + self.dropped + self.failed + self.filtered + self.lost
     }
 }
 
@@ -49,6 +54,7 @@ impl Accounting {
             processed: self.processed.load(Ordering::Acquire),
             dropped: self.dropped.load(Ordering::Acquire),
             failed: self.failed.load(Ordering::Acquire),
+            filtered: self.filtered.load(Ordering::Acquire),
             lost: self.lost.load(Ordering::Acquire),
         }
     }
@@ -173,6 +179,10 @@ impl Ticket {
     pub fn failed(&self) {
         self.state.fetch_or(FAILED, Ordering::AcqRel);
     }
+    /// A stage took the frame out on purpose.
+    pub fn filtered(&self) {
+        self.state.fetch_or(FILTERED, Ordering::AcqRel);
+    }
 }
 
 impl Drop for Ticket {
@@ -183,6 +193,9 @@ impl Drop for Ticket {
             (&self.acct.processed, self.input.as_ref().map(|i| &i.processed))
         } else if s & FAILED != 0 {
             (&self.acct.failed, self.input.as_ref().map(|i| &i.failed))
+        } else if s & FILTERED != 0 {
+            // Counted for the input as processed: its frames were all dealt with as asked.
+            (&self.acct.filtered, self.input.as_ref().map(|i| &i.processed))
         } else if s & DROPPED != 0 {
             (&self.acct.dropped, self.input.as_ref().map(|i| &i.dropped))
         } else {
@@ -213,8 +226,17 @@ mod tests {
         let c = acct.issue();
         c.dropped();
         drop(c);
+        // Taken out on purpose in one branch, delivered by another: delivered.
+        let d = acct.issue();
+        let d2 = d.clone();
+        d.filtered();
+        d2.sunk();
+        drop((d, d2));
+        let e = acct.issue();
+        e.filtered();
+        drop(e);
         let n = acct.snapshot();
-        assert_eq!((n.decoded, n.processed, n.dropped, n.failed, n.lost), (3, 1, 1, 1, 0));
+        assert_eq!((n.decoded, n.processed, n.dropped, n.failed, n.filtered, n.lost), (5, 2, 1, 1, 1, 0));
         assert!(n.balanced());
     }
 

@@ -17,6 +17,10 @@ pub(super) fn check_input_files(cfg: &PipelineConfig, diags: &mut Diagnostics) {
             NodeKind::Audio(c) => (&c.uri, "media file"),
             NodeKind::Infer(c) => (&c.model, "model file"),
             NodeKind::Vad(c) => (&c.model, "model file"),
+            NodeKind::Python(c) => match &c.script {
+                Some(s) => (s, "Python script"),
+                None => continue,
+            },
             _ => continue,
         };
         match cfg.resolve_path(value) {

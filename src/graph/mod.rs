@@ -42,6 +42,9 @@ pub enum DataType {
     Objects,
     Classes,
     Tracks,
+    /// A `python` stage: its input's frames with whatever its code adds
+    /// (boxes, tracks' rules, fields): accepted wherever frames are.
+    Any,
     /// Sinks produce nothing.
     Nothing,
 }
@@ -61,6 +64,7 @@ impl DataType {
             DataType::Objects => "detections",
             DataType::Classes => "classes",
             DataType::Tracks => "tracks",
+            DataType::Any => "what its code returns",
             DataType::Nothing => "nothing",
         }
     }
@@ -84,6 +88,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         NodeKind::TextRecognition(_) => DataType::Texts,
         NodeKind::Detection(_) | NodeKind::Detections(_) => DataType::Objects,
         NodeKind::Track(_) | NodeKind::Analytics(_) => DataType::Tracks,
+        NodeKind::Python(_) => DataType::Any,
         NodeKind::Classification(_) => DataType::Classes,
         NodeKind::Ndjson(_)
         | NodeKind::Null(_)
@@ -263,6 +268,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
             consumers[p].push(i);
             let got = output_type(&prod.kind);
             if let Some((want, help)) = input_type(&node.kind)
+                && got != DataType::Any
                 && !want.contains(&got)
             {
                 diags.push(

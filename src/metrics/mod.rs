@@ -276,6 +276,7 @@ impl Collector for Metrics {
             ("infer_stream_frames_processed", "Decoded frames that reached a sink.", c.processed),
             ("infer_stream_frames_dropped", "Decoded frames a full queue dropped.", c.dropped),
             ("infer_stream_frames_failed", "Decoded frames a stage or sink failed on.", c.failed),
+            ("infer_stream_frames_filtered", "Decoded frames a stage took out on purpose (a python stage's drop).", c.filtered),
             ("infer_stream_frames_lost", "Decoded frames that vanished unaccounted for (a bug if not 0).", c.lost),
         ] {
             family(&mut enc, name, help, None, MetricType::Counter, [([("pipeline", p)], ConstCounter::new(v))])?;

@@ -284,8 +284,13 @@ pub(super) fn run_node(
                                 st.redacted[0].fetch_add(r.boxes as u64, Ordering::Relaxed);
                                 st.redacted[1].fetch_add(r.full.is_some() as u64, Ordering::Relaxed);
                             }
-                            st.passed(&frame);
-                            out.send(frame);
+                            if frame.filtered {
+                                frame.ticket.filtered();
+                                st.filtered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            } else {
+                                st.passed(&frame);
+                                out.send(frame);
+                            }
                         }
                         Outcome::PassFailed(e) => {
                             let n = st.failed_on(&frame);

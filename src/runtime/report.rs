@@ -47,6 +47,8 @@ pub struct NodeReport {
     pub frames_out: u64,
     pub dropped: u64,
     pub failed: u64,
+    /// Stages: frames taken out on purpose (a `python` stage's `"drop": true`).
+    pub filtered: u64,
     /// Sources: frames skipped for corrupt data.
     pub decode_errors: u64,
     /// Sources: stretches of corrupt data (each resumed at a keyframe).
@@ -260,6 +262,7 @@ impl RunReport {
                     frames_out: out,
                     dropped: s.dropped.load(Ordering::Relaxed),
                     failed: s.failed.load(Ordering::Relaxed),
+                    filtered: s.filtered.load(Ordering::Relaxed),
                     decode_errors: s.decode_errors.load(Ordering::Relaxed),
                     corrupt_bursts: s.corrupt_bursts.load(Ordering::Relaxed),
                     fps: out as f64 / secs,
@@ -344,10 +347,17 @@ impl RunReport {
     pub fn accounting_line(&self) -> String {
         let c = &self.frames;
         let mut s = format!("frames: decoded {} = processed {} + dropped {} + failed {}", c.decoded, c.processed, c.dropped, c.failed);
+        if c.filtered > 0 {
+            let _ = write!(s, " + filtered {}", c.filtered);
+        }
         if c.balanced() {
             s.push_str("  (all accounted for)");
         } else {
-            let _ = write!(s, "  MISMATCH: {} frame(s) unaccounted for", c.decoded as i64 - (c.processed + c.dropped + c.failed) as i64);
+            let _ = write!(
+                s,
+                "  MISMATCH: {} frame(s) unaccounted for",
+                c.decoded as i64 - (c.processed + c.dropped + c.failed + c.filtered) as i64
+            );
         }
         s
     }
@@ -412,6 +422,9 @@ impl RunReport {
                 src.name,
                 src.busy * 100.0
             );
+        }
+        for n in self.nodes.iter().filter(|n| n.filtered > 0) {
+            let _ = writeln!(s, "filtered: {} took {} frame(s) out on purpose (counted apart from failures)", n.name, n.filtered);
         }
         for n in self.nodes.iter().filter(|n| !n.batch_sizes.is_empty()) {
             let sizes: Vec<String> = n.batch_sizes.iter().map(|(size, count)| format!("{count}×{size}")).collect();

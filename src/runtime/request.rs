@@ -75,7 +75,8 @@ impl Reply {
             match &*a.payload {
                 Payload::TextBoxes(v) => boxes.extend(v.iter().map(|t| b(t.bbox, t.score))),
                 Payload::Texts(v) => boxes.extend(v.iter().map(|t| ReplyBox { text: Some(t.text.clone()), ..b(t.bbox, t.score) })),
-                Payload::Objects(v) => {
+                Payload::Objects(_) | Payload::Custom(_) => {
+                    let v = a.payload.objects().unwrap_or_default();
                     boxes.extend(v.iter().map(|o| ReplyBox { class: Some(o.class), label: o.label.clone(), ..b(o.bbox, o.score) }))
                 }
                 _ => {}

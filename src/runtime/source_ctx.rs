@@ -138,6 +138,7 @@ impl<'a> SourceCtx<'a> {
             ticket,
             queued_at: None,
             events: Vec::new(),
+            filtered: false,
         }
     }
 

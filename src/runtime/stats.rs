@@ -118,6 +118,8 @@ pub struct NodeStats {
     pub failed: AtomicU64,
     /// `redact` stages: boxes redacted, and frames redacted whole (a detector failed or skipped them).
     pub redacted: [AtomicU64; 2],
+    /// Frames the stage took out on purpose (a `python` stage's `"drop": true`).
+    pub filtered: AtomicU64,
     pub decode_errors: AtomicU64,
     /// Stretches of corrupt input a source skipped (each logged once).
     pub corrupt_bursts: AtomicU64,
@@ -181,6 +183,7 @@ impl NodeStats {
             dropped: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             redacted: [AtomicU64::new(0), AtomicU64::new(0)],
+            filtered: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             losses: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
@@ -285,7 +288,7 @@ impl NodeStats {
             EventKind::Crossed { line, track, direction, .. } => ("line", line, track, direction.name()),
             EventKind::Entered { zone, track, .. } => ("zone", zone, track, "entered"),
             EventKind::Left { zone, track, .. } => ("zone", zone, track, "left"),
-            EventKind::Lost { .. } | EventKind::Reconnected { .. } => return,
+            EventKind::Lost { .. } | EventKind::Reconnected { .. } | EventKind::Custom { .. } => return,
         };
         let key = CountKey { stream: e.stream.clone(), kind, name: name.clone(), class: track.class_name(), what };
         *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(0) += 1;

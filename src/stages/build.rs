@@ -130,7 +130,7 @@ pub fn ort_runtime(cfg: &PipelineConfig, opts: &BuildOptions) -> Result<&'static
 
 /// A kind this build leaves out (its cargo feature is off): building it is a
 /// located error that names the feature.
-#[cfg_attr(feature = "bus", allow(dead_code))]
+#[cfg_attr(all(feature = "bus", feature = "python"), allow(dead_code))]
 pub(super) struct NotCompiled(pub &'static str);
 
 impl Build for NotCompiled {

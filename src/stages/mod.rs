@@ -12,6 +12,8 @@ pub mod infer;
 pub mod level;
 pub mod postprocess;
 pub mod preprocess;
+#[cfg(feature = "python")]
+pub mod python;
 pub mod redact;
 pub mod scalers;
 pub mod sinks;
@@ -85,6 +87,10 @@ fn builder(kind: &NodeKind) -> &dyn Build {
         NodeKind::Classification(c) => c,
         NodeKind::Track(c) => c,
         NodeKind::Redact(c) => c,
+        #[cfg(feature = "python")]
+        NodeKind::Python(c) => c,
+        #[cfg(not(feature = "python"))]
+        NodeKind::Python(_) => &build::NotCompiled("python"),
         NodeKind::Analytics(c) => c,
         NodeKind::Ndjson(c) => c,
         NodeKind::Null(c) => c,

@@ -41,7 +41,8 @@ impl Track {
 fn boxes(frame: &Frame) -> (Vec<Detection>, Vec<Option<Arc<str>>>) {
     for a in frame.results.iter().rev() {
         match &*a.payload {
-            Payload::Objects(o) => {
+            Payload::Objects(_) | Payload::Custom(_) if a.payload.objects().is_some() => {
+                let o = a.payload.objects().unwrap_or_default();
                 return (
                     o.iter().map(|o| Detection { bbox: o.bbox, score: o.score, class: o.class }).collect(),
                     o.iter().map(|o| o.label.clone()).collect(),

@@ -91,6 +91,11 @@ fn doctor_states_what_this_machine_has() {
         let encode = v["encode"].as_str().unwrap();
         assert!(encode.starts_with("libx264: h264_nvenc unusable here ("), "{v}");
     }
+    // The system's Python 3.11 (Debian 12) with Debian's numpy (scripts/install-deps.sh).
+    if cfg!(feature = "python") {
+        assert!(v["python"]["version"].as_str().unwrap().starts_with("3."), "{v}");
+        assert!(v["python"]["numpy"].as_str().unwrap().starts_with("1."), "{v}");
+    }
     if cfg!(feature = "gstreamer") {
         assert!(v["gstreamer"]["version"].as_str().unwrap().starts_with("GStreamer 1."), "{v}");
     }

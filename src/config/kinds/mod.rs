@@ -54,6 +54,7 @@ pub enum NodeKind {
     Mqtt(MqttSinkConfig),
     Request(RequestSourceConfig),
     Redact(RedactConfig),
+    Python(PythonConfig),
 }
 
 impl NodeKind {
@@ -87,6 +88,7 @@ impl NodeKind {
             NodeKind::Mqtt(_) => "mqtt",
             NodeKind::Request(_) => "request",
             NodeKind::Redact(_) => "redact",
+            NodeKind::Python(_) => "python",
         }
     }
 }
@@ -106,6 +108,7 @@ const STAGE_KINDS: &[&str] = &[
     "track",
     "analytics",
     "redact",
+    "python",
 ];
 const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null", "kafka", "mqtt"];
 
@@ -148,6 +151,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Sink, "mqtt") => NodeKind::Mqtt(MqttSinkConfig::deserialize(d)?),
         (Role::Source, "request") => NodeKind::Request(RequestSourceConfig::deserialize(d)?),
         (Role::Stage, "redact") => NodeKind::Redact(RedactConfig::deserialize(d)?),
+        (Role::Stage, "python") => NodeKind::Python(PythonConfig::deserialize(d)?),
         _ => unreachable!("kind `{kind}` was checked against the registry"),
     })
 }

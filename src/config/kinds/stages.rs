@@ -399,3 +399,25 @@ pub enum ClassRef {
     Id(u32),
     Label(String),
 }
+
+/// `kind = "python"`: the user's own Python code on each frame (docs/python.md).
+/// Exactly one of `script` (a file, relative to the pipeline) and `module`
+/// (a module on Python's path, the pipeline's folder included).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonConfig {
+    pub script: Option<Spanned<String>>,
+    pub module: Option<Spanned<String>>,
+    /// The function called with each frame.
+    #[serde(default = "python_function")]
+    pub function: Spanned<String>,
+    /// Passed once to `setup(args)` as a dict.
+    pub args: Option<Spanned<toml::Table>>,
+    /// `frame.image()` gives the picture (an RGB copy of each frame is made).
+    #[serde(default)]
+    pub image: bool,
+}
+
+fn python_function() -> Spanned<String> {
+    Spanned::new(0..0, "process".to_string())
+}

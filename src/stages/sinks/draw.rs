@@ -113,14 +113,14 @@ pub fn marks(frame: &Frame) -> Vec<Mark> {
                     out.push(Mark { bbox: None, color: PLACE, label: format!("{}: {} inside", z.name, c) });
                 }
             }
-            Payload::TextBoxes(_) | Payload::Objects(_) if tracked => {}
+            Payload::TextBoxes(_) | Payload::Objects(_) | Payload::Custom(_) if tracked => {}
             Payload::TextBoxes(b) => {
                 out.extend(b.iter().map(|t| Mark { bbox: Some(t.bbox), color: TEXT_BOX, label: format!("{:.2}", t.score) }))
             }
             Payload::Texts(t) => {
                 out.extend(t.iter().map(|t| Mark { bbox: Some(t.bbox), color: TEXT_LINE, label: format!("{} {:.2}", t.text, t.score) }))
             }
-            Payload::Objects(o) => out.extend(o.iter().map(|o| {
+            Payload::Objects(_) | Payload::Custom(_) => out.extend(a.payload.objects().unwrap_or_default().iter().map(|o| {
                 let name = o.label.as_deref().map_or_else(|| format!("class {}", o.class), str::to_string);
                 Mark { bbox: Some(o.bbox), color: OBJECT, label: format!("{name} {:.2}", o.score) }
             })),
@@ -340,6 +340,7 @@ mod tests {
             ticket: acct.issue(),
             queued_at: None,
             events: Vec::new(),
+            filtered: false,
         };
         let name: std::sync::Arc<str> = "det".into();
         let boxes =

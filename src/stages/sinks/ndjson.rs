@@ -199,6 +199,7 @@ mod tests {
             ticket: acct.issue(),
             queued_at: None,
             events: Vec::new(),
+            filtered: false,
         };
         assert_eq!(frame_json_string(&f), r#"{"schema":1,"stream":"cam \"3\"","seq":41,"pts":4.1,"results":{}}"#);
         assert_eq!(frame_json(&f).to_string(), frame_json_string(&f));
