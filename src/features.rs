@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn every_cargo_feature_is_listed_once_with_this_builds_state() {
         let names: Vec<_> = FEATURES.iter().map(|f| f.name).collect();
-        assert_eq!(names, ["gstreamer", "bus", "serve", "cuda"]);
+        assert_eq!(names, ["gstreamer", "bus", "serve", "python", "cuda"]);
         // The features Cargo.toml declares (besides `default`) are exactly these.
         let manifest: toml::Table = include_str!("../Cargo.toml").parse().unwrap();
         let mut declared: Vec<_> = manifest["features"].as_table().unwrap().keys().filter(|k| *k != "default").cloned().collect();
@@ -103,6 +103,7 @@ mod tests {
         let by_name = |n: &str| FEATURES.iter().find(|f| f.name == n).unwrap().compiled;
         assert_eq!(by_name("bus"), cfg!(feature = "bus"));
         assert_eq!(by_name("serve"), cfg!(feature = "serve"));
+        assert_eq!(by_name("python"), cfg!(feature = "python"));
         assert_eq!(compiled().len(), FEATURES.iter().filter(|f| f.compiled).count());
     }
 

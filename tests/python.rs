@@ -288,6 +288,8 @@ fn dwell_rule_fires_when_the_stay_passes_n_seconds() {
     let o = run(dir.path(), &p);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let lines = read_ndjson(&dir.path().join("python-dwell.ndjson"));
+    // Frames, the tracker's events and the rule's own all follow docs/messages.schema.json.
+    check_messages(&lines);
     let (frames, events) = frames_and_events(&lines);
     let text = std::fs::read_to_string(&p).unwrap();
     let seconds: f64 = text.lines().find_map(|l| l.split("seconds = ").nth(1)).unwrap().split(',').next().unwrap().trim().parse().unwrap();
@@ -394,15 +396,17 @@ fn wrong_results_fail_the_frame_with_what_to_fix() {
                   if frame.seq == 0:\n        return {\"detections\": [{\"bbox\": [1, 2, 3], \"score\": 0.5, \"class\": 0}], \"events\": [{\"event\": \"x\"}]}\n    \
                   if frame.seq == 1:\n        return {\"events\": [{\"event\": \"x\", \"stream\": \"other\"}]}\n    \
                   if frame.seq == 2:\n        return {\"events\": [{\"name\": \"x\"}]}\n    \
+                  if frame.seq == 3:\n        return {\"events\": [{\"event\": \"crossed\"}]}\n    \
                   return {\"ok\": 1}\n";
     let stages = "[stages.mine]\nkind = \"python\"\ninputs = [\"cam\"]\nscript = \"plugin.py\"\non_error = \"skip\"\n";
-    let p = pipeline(dir.path(), plugin, 4, stages, "mine");
+    let p = pipeline(dir.path(), plugin, 5, stages, "mine");
     let o = run(dir.path(), &p);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let lines = read_ndjson(&dir.path().join("out.ndjson"));
-    assert_eq!(lines.len(), 1, "only frame 3 passes, and no event of a failed frame is sent: {lines:?}");
+    assert_eq!(lines.len(), 1, "only frame 4 passes, and no event of a failed frame is sent: {lines:?}");
     assert!(err.contains("frame 0: plugin.py:process: detections[0]: \"bbox\" must be 4 numbers"), "{err}");
     assert!(err.contains("frame 1: plugin.py:process: events[0] sets \"stream\", which the pipeline writes"), "{err}");
-    assert!(err.contains("failed 3"), "{err}");
+    assert!(err.contains("frame 3: plugin.py:process: events[0]: \"crossed\" is the name of a built-in event"), "{err}");
+    assert!(err.contains("failed 4"), "{err}");
 }

@@ -67,7 +67,7 @@ fn unknown_kind_and_missing_kind() {
     let e = errors(&src);
     assert_eq!(
         e[0].0,
-        "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`, `crop`, `text_recognition`, `detection`, `classification`, `vad`, `audio_level`, `track`, `analytics`"
+        "p.toml:5:8: unknown stage kind `prepocess`, expected one of `preprocess`, `infer`, `text_detection`, `crop`, `text_recognition`, `detection`, `classification`, `vad`, `audio_level`, `track`, `analytics`, `redact`, `python`"
     );
     assert_eq!(e[0].1.as_deref(), Some("did you mean `preprocess`?"));
     assert_eq!(e[1].0, "p.toml:7:9: stage `b` has no `kind`");

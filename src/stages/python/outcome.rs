@@ -13,6 +13,8 @@ use crate::frame::{CustomResult, Event, EventKind, Frame, Object, Payload};
 
 /// Keys an event may not set: the pipeline writes them.
 const RESERVED: &[&str] = &["schema", "run", "stream", "stage", "at_ms"];
+/// Names of the pipeline's own events (docs/messages.schema.json), not for a python stage's.
+const BUILT_IN: &[&str] = &["lost", "reconnected", "track_ended", "crossed", "entered", "left", "clip"];
 
 /// Apply the JSON text of a returned dict to `frame` as stage `stage`'s result.
 pub fn apply(stage: &Arc<str>, frame: &mut Frame, text: &str) -> Result<(), String> {
@@ -50,6 +52,9 @@ fn event(stage: &Arc<str>, seq: u64, i: usize, e: Value) -> Result<EventKind, St
         Some(Value::String(s)) if !s.is_empty() => s,
         _ => return Err(format!("events[{i}] needs \"event\": its name, a non-empty string (e.g. {{\"event\": \"loitering\", ...}})")),
     };
+    if BUILT_IN.contains(&name.as_str()) {
+        return Err(format!("events[{i}]: \"{name}\" is the name of a built-in event; give yours another (e.g. \"{name}_rule\")"));
+    }
     if let Some(k) = RESERVED.iter().find(|k| e.contains_key(**k)) {
         return Err(format!("events[{i}] sets \"{k}\", which the pipeline writes (reserved: {})", RESERVED.join(", ")));
     }
