@@ -234,11 +234,12 @@ fn tensors_are_the_model_outputs_without_a_copy() {
 fn numpy_yolo_decoder_equals_the_builtin_detection() {
     let dir = tempfile::tempdir().unwrap();
     let p = shipped(dir.path(), "python-yolo.toml");
-    let o = run_in(dir.path(), &["run", p.to_str().unwrap(), "--progress", "never", "--frames", "12"]);
+    // The real YOLOv12n on real pedestrians (samples/vtest.avi), as shipped.
+    let o = run_in(dir.path(), &["run", p.to_str().unwrap(), "--progress", "never", "--frames", "8"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let ours = read_ndjson(&dir.path().join("python-yolo.ndjson"));
     let theirs = read_ndjson(&dir.path().join("python-yolo-builtin.ndjson"));
-    assert_eq!((ours.len(), theirs.len()), (12, 12));
+    assert_eq!((ours.len(), theirs.len()), (8, 8));
     let mut boxes = 0;
     for (a, b) in ours.iter().zip(&theirs) {
         assert_eq!(a["seq"], b["seq"]);
@@ -255,7 +256,7 @@ fn numpy_yolo_decoder_equals_the_builtin_detection() {
             boxes += 1;
         }
     }
-    assert!(boxes >= 24, "{boxes} boxes compared");
+    assert!(boxes >= 40, "{boxes} boxes compared");
 }
 
 /// Python boxes in the detection schema feed the tracker like a detection stage's.
