@@ -71,17 +71,18 @@ fn pipeline(name: &str, dir: &Path, input: Option<&str>) -> PathBuf {
 
 /// Run a pipeline on at most `frames` frames; its NDJSON lines, each checked
 /// against docs/messages.schema.json, and its stderr.
+/// The binary, with the shipped pipelines' defaults: a model or input chosen
+/// in the caller's environment does not leak into the run.
+fn shipped_bin() -> Command {
+    let mut c = bin();
+    for v in ["YOLO_MODEL", "YOLO_INPUT", "PEOPLE_MODEL", "PEOPLE_INPUT"] {
+        c.env_remove(v);
+    }
+    c
+}
+
 fn run(p: &Path, frames: u64, ndjson: &Path) -> (Vec<serde_json::Value>, String) {
-    let o = bin()
-        .arg("run")
-        .arg(p)
-        .args(["--progress", "never", "--frames", &frames.to_string()])
-        .env_remove("YOLO_MODEL")
-        .env_remove("YOLO_INPUT")
-        .env_remove("PEOPLE_MODEL")
-        .env_remove("PEOPLE_INPUT")
-        .output()
-        .unwrap();
+    let o = shipped_bin().arg("run").arg(p).args(["--progress", "never", "--frames", &frames.to_string()]).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let lines = read_ndjson(ndjson);
@@ -398,15 +399,7 @@ fn missing_vision_files_name_the_fetch_script() {
     for name in ["yolo.toml", "people-count.toml"] {
         let p = dir.path().join("pipelines").join(name);
         std::fs::copy(root().join("pipelines").join(name), &p).unwrap();
-        let o = bin()
-            .arg("validate")
-            .arg(&p)
-            .env_remove("YOLO_MODEL")
-            .env_remove("YOLO_INPUT")
-            .env_remove("PEOPLE_MODEL")
-            .env_remove("PEOPLE_INPUT")
-            .output()
-            .unwrap();
+        let o = shipped_bin().arg("validate").arg(&p).output().unwrap();
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains("error: model file not found: ") && err.contains("yolov12n.onnx"), "{err}");
