@@ -120,7 +120,10 @@ inputs = ["boxes", "plain"]
 
     // A snapshot: the latest picture, the detections drawn on it; none on the plain stream's.
     let snap = |id: &str| {
-        let o = Command::new("curl").args(["-s", "--max-time", "20", "-D", "-", &s.url(&format!("/v1/streams/{id}/snapshot.jpg"))]).output().unwrap();
+        let o = Command::new("curl")
+            .args(["-s", "--max-time", "20", "-D", "-", &s.url(&format!("/v1/streams/{id}/snapshot.jpg"))])
+            .output()
+            .unwrap();
         let split = find(&o.stdout, b"\r\n\r\n").expect("a head");
         (String::from_utf8_lossy(&o.stdout[..split]).to_string(), o.stdout[split + 4..].to_vec())
     };
@@ -240,7 +243,11 @@ inputs = ["cams"]
     assert_eq!(curl(&s.url("/v1/live/streams"), &["--max-time", "2"]).0, 401);
     let body = json!({ "source": "cams", "id": "door" }).to_string();
     let post = |t: &str| {
-        curl(&s.url("/v1/streams"), &["-X", "POST", "-H", &format!("Authorization: Bearer {t}"), "-H", "Content-Type: application/json", "-d", &body]).0
+        curl(
+            &s.url("/v1/streams"),
+            &["-X", "POST", "-H", &format!("Authorization: Bearer {t}"), "-H", "Content-Type: application/json", "-d", &body],
+        )
+        .0
     };
     assert_eq!(post(VIEWER), 403);
     assert_eq!(post(OPERATOR), 201);

@@ -165,12 +165,17 @@ impl Auth {
 #[derive(Debug, Clone, Copy)]
 pub struct Caller(pub Option<Role>);
 
+/// Whether `path` is the live view's page or one of its files (`super::ui`; open to all: they hold no data).
+pub fn is_page(path: &str) -> bool {
+    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
+}
+
 /// The role a request needs; `None`: open to all (`/healthz`).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     match (method, path) {
         (_, "/healthz") => None,
         // The page and its files hold no data: it signs in by itself.
-        (&Method::GET | &Method::HEAD, p) if super::ui::is_page(p) => None,
+        (&Method::GET | &Method::HEAD, p) if is_page(p) => None,
         (&Method::GET | &Method::HEAD, _) => Some(Role::Viewer),
         (_, p) if p.starts_with("/v1/streams") || p.starts_with("/v1/infer") => Some(Role::Operator),
         // gRPC: `/package.Service/Method`; subscriptions only read.

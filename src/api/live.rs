@@ -38,15 +38,15 @@ fn fps_of(query: Option<&str>) -> Option<f64> {
 }
 
 /// The hub and the stream, or the answer saying why not.
-fn hub_for<'a>(s: &'a ApiState, id: &str) -> Result<&'a LiveHub, Response> {
+fn hub_for<'a>(s: &'a ApiState, id: &str) -> Result<&'a LiveHub, Box<Response>> {
     if s.control.stream(id).is_none() {
-        return Err(error(StatusCode::NOT_FOUND, format!("no stream `{id}`: GET /v1/streams lists them")));
+        return Err(Box::new(error(StatusCode::NOT_FOUND, format!("no stream `{id}`: GET /v1/streams lists them"))));
     }
     s.control.live().ok_or_else(|| {
-        error(
+        Box::new(error(
             StatusCode::CONFLICT,
             "this pipeline shows no live pictures: it redacts pictures and no sink follows its `redact` stage (viewers never see raw frames)",
-        )
+        ))
     })
 }
 
@@ -57,7 +57,7 @@ async fn mjpeg(State(s): State<ApiState>, Path(id): Path<String>, RawQuery(q): R
     };
     let hub = match hub_for(&s, &id) {
         Ok(h) => h,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let viewer = hub.watch(&id, fps);
     let control = s.control.clone();
@@ -76,7 +76,8 @@ async fn mjpeg(State(s): State<ApiState>, Path(id): Path<String>, RawQuery(q): R
                     continue;
                 }
             };
-            let head = format!("--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\nX-Frame-Seq: {}\r\n\r\n", p.jpeg.len(), p.seq);
+            let head =
+                format!("--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\nX-Frame-Seq: {}\r\n\r\n", p.jpeg.len(), p.seq);
             let mut part = Vec::with_capacity(head.len() + p.jpeg.len() + 2);
             part.extend_from_slice(head.as_bytes());
             part.extend_from_slice(&p.jpeg);
@@ -100,7 +101,7 @@ async fn mjpeg(State(s): State<ApiState>, Path(id): Path<String>, RawQuery(q): R
 async fn snapshot(State(s): State<ApiState>, Path(id): Path<String>) -> Response {
     let hub = match hub_for(&s, &id) {
         Ok(h) => h,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let picture = match hub.latest(&id, Duration::from_secs(1)) {
         Some(p) => Some(p),
@@ -112,10 +113,11 @@ async fn snapshot(State(s): State<ApiState>, Path(id): Path<String>) -> Response
     };
     match picture {
         Some(p) => (
-            [(header::CONTENT_TYPE, "image/jpeg".to_string()), (header::CACHE_CONTROL, "no-store".to_string()), (
-                header::HeaderName::from_static("x-frame-seq"),
-                p.seq.to_string(),
-            )],
+            [
+                (header::CONTENT_TYPE, "image/jpeg".to_string()),
+                (header::CACHE_CONTROL, "no-store".to_string()),
+                (header::HeaderName::from_static("x-frame-seq"), p.seq.to_string()),
+            ],
             Bytes::from(p.jpeg.to_vec()),
         )
             .into_response(),

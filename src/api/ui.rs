@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::ApiState;
-use super::auth::Caller;
+use super::auth::{Caller, is_page};
 
 pub const INDEX: &str = include_str!("ui/index.html");
 pub const SCRIPT: &str = include_str!("ui/app.js");
@@ -42,11 +42,6 @@ async fn me(caller: Option<axum::Extension<Caller>>) -> Response {
 /// A relative redirect: right behind a path prefix too.
 fn redirect(to: &'static str) -> Response {
     (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
-}
-
-/// Whether `path` is the page or one of its files (open to all: they hold no data).
-pub fn is_page(path: &str) -> bool {
-    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
 }
 
 /// `X-Content-Type-Options` and `Referrer-Policy` on every answer; the page's `Content-Security-Policy`.

@@ -4,8 +4,8 @@
 pub mod added;
 pub mod control;
 pub mod dynamic;
-pub mod live;
 pub mod ends;
+pub mod live;
 pub mod node;
 pub mod report;
 pub mod request;
