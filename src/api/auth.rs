@@ -247,7 +247,8 @@ mod tests {
         assert_eq!(required_role(&Method::PUT, "/v1/pipeline"), Some(Role::Admin));
         assert_eq!(required_role(&Method::GET, "/ui/"), None);
         assert_eq!(required_role(&Method::GET, "/ui/app.js"), None);
-        assert_eq!(required_role(&Method::POST, "/ui/"), Some(Role::Admin));
+        // Only reading the page is open.
+        assert_eq!(required_role(&Method::PUT, "/ui/"), Some(Role::Admin));
         assert_eq!(required_role(&Method::GET, "/v1/streams/a/live.mjpeg"), Some(Role::Viewer));
         assert_eq!(required_role(&Method::GET, "/v1/live/streams"), Some(Role::Viewer));
     }
