@@ -124,9 +124,10 @@ async fn snapshot(State(s): State<ApiState>, Path(id): Path<String>) -> Response
         None => {
             let state = s.control.stream(&id).map(|st| serde_json::to_value(st.state).unwrap_or_default());
             let state = state.as_ref().and_then(|v| v.as_str()).unwrap_or("removed").to_string();
+            // No picture now (the stream is not delivering): a 4xx, the server is fine.
             error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("stream `{id}` gave no picture in {} s (its state: {state}); try again", SNAPSHOT_WAIT.as_secs()),
+                StatusCode::NOT_FOUND,
+                format!("stream `{id}` has no picture now: none came in {} s (its state: {state}); try again", SNAPSHOT_WAIT.as_secs()),
             )
         }
     }
