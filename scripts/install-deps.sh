@@ -50,6 +50,8 @@ TEST_PKGS=(
   podman runc debootstrap uidmap slirp4netns fuse-overlayfs
   # the service API's tests: certificates made at test time, a real HTTP client
   openssl curl
+  # the live view's browser tests (tests/serve_ui.rs): a real headless Chromium, driven by Playwright
+  chromium
 )
 
 PKGS=("${RUN_PKGS[@]}" "${TEST_PKGS[@]}") what="to build, run and test" list=0

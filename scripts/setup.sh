@@ -15,4 +15,5 @@ scripts/fetch-vision.sh
 scripts/fetch-brokers.sh
 scripts/fetch-deploy-tools.sh
 scripts/fetch-schemathesis.sh
+scripts/fetch-playwright.sh
 scripts/fetch-grpc-client.sh

@@ -161,10 +161,21 @@ impl Auth {
     }
 }
 
+/// Who made a request: the role of its token (`None`: the API is open, every request may do everything).
+#[derive(Debug, Clone, Copy)]
+pub struct Caller(pub Option<Role>);
+
+/// Whether `path` is the live view's page or one of its files (`super::ui`; open to all: they hold no data).
+pub fn is_page(path: &str) -> bool {
+    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
+}
+
 /// The role a request needs; `None`: open to all (`/healthz`).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     match (method, path) {
         (_, "/healthz") => None,
+        // The page and its files hold no data: it signs in by itself.
+        (&Method::GET | &Method::HEAD, p) if is_page(p) => None,
         (&Method::GET | &Method::HEAD, _) => Some(Role::Viewer),
         (_, p) if p.starts_with("/v1/streams") || p.starts_with("/v1/infer") => Some(Role::Operator),
         // gRPC: `/package.Service/Method`; subscriptions only read.
@@ -188,7 +199,9 @@ pub async fn require(State(state): State<ApiState>, req: Request, next: Next) ->
     let Some(need) = required_role(req.method(), req.uri().path()) else {
         return next.run(req).await;
     };
+    let mut req = req;
     if state.auth.is_open() {
+        req.extensions_mut().insert(Caller(None));
         return next.run(req).await;
     }
     let token = req.headers().get(header::AUTHORIZATION).and_then(|v| bearer(v.as_bytes())).map(<[u8]>::to_vec);
@@ -204,11 +217,14 @@ pub async fn require(State(state): State<ApiState>, req: Request, next: Next) ->
             Some(role) if role < need => {
                 Err(error(StatusCode::FORBIDDEN, format!("this needs the `{}` role; the token has `{}`", need.name(), role.name())))
             }
-            Some(_) => Ok(()),
+            Some(role) => Ok(role),
         },
     };
     match verdict {
-        Ok(()) => next.run(req).await,
+        Ok(role) => {
+            req.extensions_mut().insert(Caller(Some(role)));
+            next.run(req).await
+        }
         Err(r) => {
             // Read what the client sends first (bounded): an HTTP/2 answer before the body would reset the stream and lose it.
             let _ = axum::body::to_bytes(req.into_body(), REFUSED_BODY).await;
@@ -229,6 +245,12 @@ mod tests {
         assert_eq!(required_role(&Method::DELETE, "/v1/streams/a"), Some(Role::Operator));
         assert_eq!(required_role(&Method::POST, "/v1/infer"), Some(Role::Operator));
         assert_eq!(required_role(&Method::PUT, "/v1/pipeline"), Some(Role::Admin));
+        assert_eq!(required_role(&Method::GET, "/ui/"), None);
+        assert_eq!(required_role(&Method::GET, "/ui/app.js"), None);
+        // Only reading the page is open.
+        assert_eq!(required_role(&Method::PUT, "/ui/"), Some(Role::Admin));
+        assert_eq!(required_role(&Method::GET, "/v1/streams/a/live.mjpeg"), Some(Role::Viewer));
+        assert_eq!(required_role(&Method::GET, "/v1/live/streams"), Some(Role::Viewer));
     }
 
     #[test]

@@ -8,9 +8,11 @@ pub mod auth;
 pub mod grpc;
 pub mod health;
 pub mod infer;
+pub mod live;
 pub mod results;
 pub mod streams;
 pub mod tls;
+pub mod ui;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -67,6 +69,8 @@ pub struct ApiSettings {
     pub results_buffer: usize,
     /// The most added streams listed at once (`api.max_streams`).
     pub max_streams: usize,
+    /// The most live pictures a second a viewer may ask for (`api.live_fps`).
+    pub live_fps: f64,
 }
 
 impl ApiSettings {
@@ -112,7 +116,20 @@ impl ApiSettings {
             Some(m) => *m.get_ref(),
             None => DEFAULT_MAX_STREAMS,
         };
+        let live_fps = match &api.live_fps {
+            Some(f) if !(f.get_ref().is_finite() && *f.get_ref() > 0.0 && *f.get_ref() <= 60.0) => {
+                return Err(Diagnostics(vec![
+                    cfg.diag(f.span(), format!("`api.live_fps` must be above 0 and at most 60, got {}", f.get_ref())).with_help(format!(
+                        "the most live pictures a second a viewer may ask for (default {})",
+                        crate::runtime::live::DEFAULT_MAX_FPS
+                    )),
+                ]));
+            }
+            Some(f) => *f.get_ref(),
+            None => crate::runtime::live::DEFAULT_MAX_FPS,
+        };
         Ok(ApiSettings {
+            live_fps,
             max_streams,
             listen,
             auth: Arc::new(auth),
@@ -143,6 +160,8 @@ pub fn router(state: ApiState, max_body: usize) -> Router {
         .merge(health::routes())
         // Request/response inference routes are merged here.
         .merge(infer::routes())
+        .merge(live::routes())
+        .merge(ui::routes())
         .with_state(state.clone());
     let mut app = http;
     if let Some(grpc) = grpc_routes(&state) {
@@ -156,6 +175,7 @@ pub fn router(state: ApiState, max_body: usize) -> Router {
             )
         })
         .layer(axum::middleware::from_fn_with_state(state, auth::require))
+        .layer(axum::middleware::from_fn(ui::headers))
         .layer(DefaultBodyLimit::max(max_body))
 }
 

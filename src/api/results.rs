@@ -1,6 +1,7 @@
 //! `GET /v1/results?stream=A&stream=B`: live results as server-sent events.
 //! Each `frame` or `event` SSE event carries the JSON the `ndjson` sink writes;
 //! a `dropped` event says how many items this subscriber lost to a full buffer.
+//! `kind=event`: stream events only (the live view's events feed).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -53,7 +54,8 @@ fn percent_decode(s: &str) -> String {
 }
 
 async fn results(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Response {
-    let sub = s.results().subscribe(streams_of(q.as_deref()));
+    let events_only = q.as_deref().unwrap_or("").split('&').any(|p| p == "kind=event");
+    let sub = s.results().subscribe_to(streams_of(q.as_deref()), events_only);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(1);
     tokio::spawn(async move {
         loop {

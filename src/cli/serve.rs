@@ -55,6 +55,11 @@ pub fn serve(path: &Path, listen: Option<SocketAddr>, ort_library: Option<PathBu
     let control = pipeline.control(ResultsHub::new(settings.results_buffer));
     control.running_under(sd.clone());
     control.limit_streams(settings.max_streams);
+    if let Some(live) = control.live_hub() {
+        // Live pictures: drawn and encoded on the runtime's encoder thread, only while someone watches.
+        live.set_max_fps(settings.live_fps);
+        live.set_renderer(infer_stream::stages::live::renderer());
+    }
     let acct = Arc::new(Accounting::default());
     metrics.watch(&pipeline, acct.clone(), sd.clone());
     let added = control.clone();

@@ -28,6 +28,8 @@ pub struct ApiConfig {
     pub results_buffer: Option<usize>,
     /// The most streams added at run time listed at once, all templates together (default 64; more: `429`).
     pub max_streams: Option<Spanned<usize>>,
+    /// The most live pictures a second a viewer may ask for (`GET /v1/streams/{id}/live.mjpeg?fps=N`; default 15).
+    pub live_fps: Option<Spanned<f64>>,
 }
 
 /// The default of `api.max_streams`.

@@ -138,6 +138,8 @@ pub struct PipelineView {
     pub templates: Vec<TemplateView>,
     /// Live-results subscribers and their drops.
     pub results: super::results::ResultsView,
+    /// Live-picture viewers, pictures encoded and dropped for slow viewers.
+    pub live: super::live::LiveView,
 }
 
 /// A source template, for `GET /v1/pipeline`.
@@ -177,6 +179,8 @@ pub struct Control {
     max_streams: std::sync::atomic::AtomicUsize,
     /// What became of the added streams removed so far.
     added_log: AddedLog,
+    /// Live pictures, and the sink viewers see (none: no picture is shown).
+    live: std::sync::OnceLock<(super::live::LiveHub, Option<String>)>,
 }
 
 /// Stream ids: they name files (`{stream}`) and metric labels.
@@ -236,6 +240,7 @@ impl Control {
             index_of,
             max_streams: std::sync::atomic::AtomicUsize::new(usize::MAX),
             added_log: AddedLog::default(),
+            live: std::sync::OnceLock::new(),
         })
     }
 
@@ -288,6 +293,22 @@ impl Control {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Set once, when the handle is made: the live pictures' hub and the sink they come from.
+    pub(crate) fn set_live(&self, hub: super::live::LiveHub, sink: Option<String>) {
+        let _ = self.live.set((hub, sink));
+    }
+
+    /// The live pictures' hub; `None` when no sink shows pictures (a pipeline
+    /// with a `redact` stage and no sink after it).
+    pub fn live(&self) -> Option<&super::live::LiveHub> {
+        self.live.get().and_then(|(h, sink)| sink.as_ref().map(|_| h))
+    }
+
+    /// The hub even when no sink shows pictures (to set its renderer and rate).
+    pub fn live_hub(&self) -> Option<&super::live::LiveHub> {
+        self.live.get().map(|(h, _)| h)
     }
 
     fn status(&self, slot: &StreamSlot) -> StreamStatus {
@@ -446,6 +467,9 @@ impl Control {
             drop(streams);
             self.record(slot, &status);
         }
+        if let Some(h) = self.live_hub() {
+            h.forget(&slot.id);
+        }
         tracing::info!("stream `{}` removed ({} frames)", slot.id, status.frames);
         status
     }
@@ -507,6 +531,7 @@ impl Control {
             nodes,
             templates: self.templates(),
             results: self.results.view(),
+            live: self.live_hub().map(|h| h.view()).unwrap_or_else(|| super::live::LiveHub::new(0.0).view()),
         }
     }
 

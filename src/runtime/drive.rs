@@ -119,6 +119,8 @@ pub(super) struct Links {
     pub(super) replies: Arc<[Option<request::RequestHub>]>,
     /// The first sink publishes what it writes here.
     pub(super) results: Option<Arc<ResultsHub>>,
+    /// The sink whose frames live viewers see offers them here.
+    pub(super) live: Option<super::live::LiveHub>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -414,6 +416,9 @@ pub(super) fn run_node(
                         let _ = st.first_out.set(t1);
                         if let Some(hub) = &links.results {
                             hub.publish(&frame.stream, results::ResultKind::Frame, || crate::frame::json::frame_json_string(&frame));
+                        }
+                        if let Some(live) = &links.live {
+                            live.offer(&frame.stream, frame.seq, frame.image.as_ref(), &frame.results);
                         }
                         if let Some(Some(hub)) = links.replies.get(frame.stream_index as usize) {
                             hub.deliver(&frame);

@@ -5,6 +5,7 @@ pub mod added;
 pub mod control;
 pub mod dynamic;
 pub mod ends;
+pub mod live;
 pub mod node;
 pub mod report;
 pub mod request;
@@ -266,6 +267,8 @@ pub struct Pipeline {
     replies: Arc<[Option<request::RequestHub>]>,
     /// Where the first sink publishes live results (`serve`).
     results: Option<Arc<ResultsHub>>,
+    /// Where one sink offers its pictures to live viewers (`serve`).
+    live: Option<live::LiveHub>,
 }
 
 impl Pipeline {
@@ -342,7 +345,7 @@ impl Pipeline {
                 _ => None,
             })
             .collect();
-        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, results: None, replies }
+        Pipeline { name: cfg.name(), nodes, graph, queues, stats, tracer: None, results: None, live: None, replies }
     }
 
     /// Record one span per frame per node (and queue waits) into `tracer`.
@@ -356,6 +359,8 @@ impl Pipeline {
     /// publishes each frame's and event's JSON to `results`.
     pub fn control(&mut self, results: Arc<ResultsHub>) -> Arc<Control> {
         self.results = Some(results.clone());
+        let live = live::LiveHub::new(live::DEFAULT_MAX_FPS);
+        self.live = Some(live.clone());
         let shapes = self
             .nodes
             .iter()
@@ -382,6 +387,7 @@ impl Pipeline {
         }
         let control = Control::new(self.name.clone(), shapes, self.stats.clone(), templates, statics, results);
         control.set_request_hubs(self.request_hubs());
+        control.set_live(live, self.live_sink().map(|i| self.nodes[i].name.to_string()));
         control
     }
 
@@ -404,6 +410,30 @@ impl Pipeline {
             }
         }
         Some(total)
+    }
+
+    /// The sink whose frames viewers see: the first sink, or, when the
+    /// pipeline has a `redact` stage, the first sink after one (none after
+    /// one: no live pictures, never the raw frame).
+    fn live_sink(&self) -> Option<usize> {
+        let sinks = (0..self.nodes.len()).filter(|&i| matches!(self.nodes[i].body, Body::Sink(_)));
+        if !self.nodes.iter().any(|n| n.kind == "redact") {
+            return sinks.into_iter().next();
+        }
+        sinks.into_iter().find(|&i| {
+            let mut stack = self.graph.producers[i].clone();
+            let mut seen = vec![false; self.nodes.len()];
+            while let Some(j) = stack.pop() {
+                if std::mem::replace(&mut seen[j], true) {
+                    continue;
+                }
+                if self.nodes[j].kind == "redact" {
+                    return true;
+                }
+                stack.extend(&self.graph.producers[j]);
+            }
+            false
+        })
     }
 
     /// Whether any source upstream of node `i` is live.
@@ -478,6 +508,7 @@ impl Pipeline {
             sink_index.iter().map(|k| k.and_then(|k| v[k].take())).collect()
         };
         let input_log = Arc::new(InputLog::default());
+        let live_sink = self.live.as_ref().and_then(|_| self.live_sink());
 
         let mut handles = Vec::new();
         for ((i, node), out) in self.nodes.into_iter().enumerate().zip(outputs) {
@@ -494,6 +525,7 @@ impl Pipeline {
                 inputs: input_log.clone(),
                 replies: self.replies.clone(),
                 results: self.results.clone().filter(|_| sink_index[i] == Some(0)),
+                live: self.live.clone().filter(|_| live_sink == Some(i)),
             };
             let h = std::thread::Builder::new()
                 .name(format!("node:{}", node.name))

@@ -46,6 +46,8 @@ pub enum Delivery {
 struct Shared {
     /// Streams wanted (`None`: all).
     filter: Option<HashSet<String>>,
+    /// Stream events only, no frames.
+    events_only: bool,
     capacity: usize,
     queue: Mutex<VecDeque<Published>>,
     /// Items offered to this subscriber (all it would have had with room enough).
@@ -59,6 +61,10 @@ struct Shared {
 impl Shared {
     fn wants(&self, stream: &str) -> bool {
         self.filter.as_ref().is_none_or(|f| f.contains(stream))
+    }
+
+    fn takes(&self, stream: &str, kind: ResultKind) -> bool {
+        self.wants(stream) && (kind == ResultKind::Event || !self.events_only)
     }
 }
 
@@ -97,9 +103,15 @@ impl ResultsHub {
 
     /// Subscribe to `streams` (empty: every stream); dropping the [`Subscription`] ends it.
     pub fn subscribe(&self, streams: impl IntoIterator<Item = String>) -> Subscription {
+        self.subscribe_to(streams, false)
+    }
+
+    /// [`ResultsHub::subscribe`], to stream events only when `events_only`.
+    pub fn subscribe_to(&self, streams: impl IntoIterator<Item = String>, events_only: bool) -> Subscription {
         let filter: HashSet<String> = streams.into_iter().collect();
         let shared = Arc::new(Shared {
             filter: (!filter.is_empty()).then_some(filter),
+            events_only,
             capacity: self.capacity,
             queue: Mutex::new(VecDeque::new()),
             offered: AtomicU64::new(0),
@@ -125,7 +137,7 @@ impl ResultsHub {
 
     /// Publish `json` (made only when a subscriber wants `stream`); never blocks on a subscriber.
     pub fn publish(&self, stream: &Arc<str>, kind: ResultKind, json: impl FnOnce() -> String) {
-        let targets: Vec<Arc<Shared>> = self.lock().iter().filter_map(Weak::upgrade).filter(|s| s.wants(stream)).collect();
+        let targets: Vec<Arc<Shared>> = self.lock().iter().filter_map(Weak::upgrade).filter(|s| s.takes(stream, kind)).collect();
         if targets.is_empty() {
             return;
         }

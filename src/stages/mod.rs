@@ -10,6 +10,7 @@ pub mod build;
 pub mod crop;
 pub mod infer;
 pub mod level;
+pub mod live;
 pub mod postprocess;
 pub mod preprocess;
 #[cfg(feature = "python")]

@@ -89,9 +89,14 @@ fn dots(a: [f64; 2], b: [f64; 2], color: Rgb<u8>, step: f64, out: &mut Vec<Mark>
 /// Everything a frame's results say, as marks. With tracks, the boxes they
 /// follow are drawn as tracks (`#id`) rather than as detections.
 pub fn marks(frame: &Frame) -> Vec<Mark> {
+    marks_of(&frame.results)
+}
+
+/// [`marks`] of a frame's results alone (a live picture's still).
+pub fn marks_of(results: &[crate::frame::Attached]) -> Vec<Mark> {
     let mut out = Vec::new();
-    let tracked = frame.results.iter().any(|a| matches!(&*a.payload, Payload::Tracks(_)));
-    for a in &frame.results {
+    let tracked = results.iter().any(|a| matches!(&*a.payload, Payload::Tracks(_)));
+    for a in results {
         match &*a.payload {
             Payload::Tracks(t) => out.extend(t.tracks.iter().filter_map(|t| {
                 let label = match (t.track_id, &t.label) {
