@@ -218,9 +218,11 @@ inputs = ["cams"]
     assert!(lower.contains("x-content-type-options: nosniff"), "{page}");
     assert!(!page.contains("<script>") && page.contains("<script src=\"app.js\""), "inline script in the page");
     assert!(!page.contains("http://") && !page.contains("https://"), "a resource from elsewhere:\n{page}");
-    for f in ["/ui/app.js", "/ui/app.css"] {
+    for f in ["/ui/app.js", "/ui/app.css", "/ui/icon.svg"] {
         let (code, body) = curl(&s.url(f), &[]);
         assert_eq!(code, 200, "{f}");
+        // (an SVG names its namespace by a URL it never loads)
+        let body = body.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
         assert!(!body.contains(VIEWER) && !body.contains("http://") && !body.contains("https://"), "{f}");
     }
     // `/` leads to the page, relatively (right behind a path prefix).
@@ -258,4 +260,110 @@ inputs = ["cams"]
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("has no picture now"), "{body}");
     assert!(!s.log().contains(VIEWER) && !s.log().contains(OPERATOR), "a token in the log");
+}
+
+/// The face pipeline of pipelines/anonymize.toml on samples/Megamind.avi, in
+/// real time, with `sinks` after its `redact` stage `anon`.
+fn faces_pipeline(sinks: &str) -> String {
+    let root = util::root();
+    for f in ["models/centerface/centerface.onnx", "samples/Megamind.avi"] {
+        assert!(root.join(f).exists(), "{f} is missing: scripts/setup.sh fetches it (scripts/fetch-vision.sh)");
+    }
+    format!(
+        "[pipeline]\nname = \"live-redacted\"\n\n\
+         [sources.cam]\nkind = \"file\"\nuri = \"{{root}}/samples/Megamind.avi\"\nrealtime = true\n\n\
+         [stages.pre]\nkind = \"preprocess\"\ninputs = [\"cam\"]\nwidth = 736\nheight = 544\nresize = \"stretch\"\ncolor = \"rgb\"\nscale = 1.0\n\n\
+         [stages.centerface]\nkind = \"infer\"\ninputs = [\"pre\"]\nmodel = \"{{root}}/models/centerface/centerface.onnx\"\n\n\
+         [stages.faces]\nkind = \"detection\"\ninputs = [\"centerface\"]\nformat = \"centerface\"\nconfidence = 0.2\niou = 0.3\n\n\
+         [stages.anon]\nkind = \"redact\"\ninputs = [\"faces\"]\nmethod = \"blur\"\non_miss = \"full\"\n\n{sinks}"
+    )
+}
+
+/// Mean absolute difference of two RGB pictures over the pixels `inside` says.
+fn mean_diff(a: &image::RgbImage, b: &image::RgbImage, inside: impl Fn(u32, u32) -> bool) -> f64 {
+    let (mut sum, mut n) = (0u64, 0u64);
+    for (x, y, p) in a.enumerate_pixels() {
+        if inside(x, y) {
+            let q = b.get_pixel(x, y);
+            sum += (0..3).map(|c| (p[c] as i32 - q[c] as i32).unsigned_abs() as u64).sum::<u64>();
+            n += 3;
+        }
+    }
+    sum as f64 / n.max(1) as f64
+}
+
+/// With a `redact` stage, viewers get the redacted picture: a sink before it
+/// (listed first) is passed over for the first sink after it, and the
+/// snapshot differs from the raw frame (decoded by the ffmpeg CLI) inside the
+/// faces CenterFace found in that frame, not outside. With no sink after it,
+/// there is no picture at all: `409` saying why.
+#[test]
+fn a_redacting_pipeline_shows_only_redacted_pictures() {
+    let _g = serial();
+    util::require_assets();
+    let s = Serve::start(
+        &faces_pipeline(
+            "[sinks.raw]\nkind = \"ndjson\"\ninputs = [\"faces\"]\npath = \"{dir}/faces.ndjson\"\n\n\
+             [sinks.after]\nkind = \"null\"\ninputs = [\"anon\"]\n",
+        ),
+        &[],
+    );
+    wait_for("frames", Duration::from_secs(60), || stream_status(s.port, "cam")["frames"].as_u64().unwrap_or(0) > 40);
+    let shot = s.path("snapshot.jpg");
+    let o = Command::new("curl").args(["-s", "-D", "-", "-o"]).arg(&shot).arg(s.url("/v1/streams/cam/snapshot.jpg")).output().unwrap();
+    let head = String::from_utf8_lossy(&o.stdout).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}\n{}", s.log());
+    let seq: u64 = head.lines().find_map(|l| l.strip_prefix("x-frame-seq: ")).expect("X-Frame-Seq").trim().parse().unwrap();
+    let snap = image::open(&shot).unwrap().to_rgb8();
+    // The raw frame, decoded independently.
+    let raw_png = s.path("raw.png");
+    let st = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-i"])
+        .arg(util::root().join("samples/Megamind.avi"))
+        .args(["-vf", &format!("select=eq(n\\,{seq})"), "-frames:v", "1"])
+        .arg(&raw_png)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let raw = image::open(&raw_png).unwrap().to_rgb8();
+    assert_eq!(raw.dimensions(), snap.dimensions());
+    // The faces of that frame (the sink before the redaction wrote them).
+    let line_of = || {
+        let text = std::fs::read_to_string(s.path("faces.ndjson")).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|l| l["seq"].as_u64() == Some(seq))
+    };
+    wait_for("the frame's results", Duration::from_secs(30), || line_of().is_some());
+    let line = line_of().unwrap();
+    let boxes: Vec<[f64; 4]> = line["results"]["faces"]["detections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| std::array::from_fn(|i| d["bbox"][i].as_f64().unwrap()))
+        .filter(|b| (b[2] - b[0]) * (b[3] - b[1]) > 24.0 * 24.0)
+        .collect();
+    assert!(!boxes.is_empty(), "no face found in frame {seq}: {line}");
+    let in_face = |x: u32, y: u32| boxes.iter().any(|b| (x as f64) >= b[0] && (x as f64) < b[2] && (y as f64) >= b[1] && (y as f64) < b[3]);
+    let near_face = |x: u32, y: u32| {
+        boxes.iter().any(|b| {
+            let (w, h) = (b[2] - b[0], b[3] - b[1]);
+            (x as f64) >= b[0] - w && (x as f64) < b[2] + w && (y as f64) >= b[1] - h && (y as f64) < b[3] + h
+        })
+    };
+    let inside = mean_diff(&snap, &raw, in_face);
+    let outside = mean_diff(&snap, &raw, |x, y| !near_face(x, y));
+    eprintln!("frame {seq}: {} faces; mean difference to the raw frame {inside:.1} inside them, {outside:.1} away", boxes.len());
+    assert!(
+        inside > 5.0 * outside && inside > 15.0,
+        "the viewer's picture of frame {seq} is not redacted: mean difference to the raw frame {inside:.1} inside the faces, {outside:.1} away from them"
+    );
+    drop(s);
+
+    // No sink after the redaction: no picture, and the answer says why.
+    let s = Serve::start(&faces_pipeline("[sinks.raw]\nkind = \"ndjson\"\ninputs = [\"faces\"]\npath = \"{dir}/faces.ndjson\"\n"), &[]);
+    wait_for("frames", Duration::from_secs(60), || stream_status(s.port, "cam")["frames"].as_u64().unwrap_or(0) > 0);
+    for route in ["/v1/streams/cam/snapshot.jpg", "/v1/streams/cam/live.mjpeg"] {
+        let (code, body) = curl(&s.url(route), &["--max-time", "5"]);
+        assert_eq!(code, 409, "{route}: {body}");
+        assert!(body.contains("redact") && body.contains("no sink follows"), "{route}: {body}");
+    }
 }

@@ -26,13 +26,41 @@ fn python() -> PathBuf {
     p
 }
 
+/// Tracks and a line (`gate`) and a zone (`right`) on the plates, as pipelines/lines.toml: events for the feed.
+const COUNTS: &str = r#"
+[stages.tracks]
+kind = "track"
+inputs = ["boxes"]
+frame_rate = 15
+
+[stages.counts]
+kind = "analytics"
+inputs = ["tracks"]
+margin = 4
+anchor = "center"
+
+[[stages.counts.lines]]
+name = "gate"
+from = [640, 0]
+to = [640, 720]
+
+[[stages.counts.zones]]
+name = "right"
+points = [[640, 0], [1280, 0], [1280, 720], [640, 720]]
+"#;
+
+fn chromium() -> String {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(std::path::Path::new(&chromium).exists(), "{chromium} is missing: scripts/install-deps.sh installs Debian's chromium");
+    chromium
+}
+
 #[test]
 fn the_live_view_in_a_real_browser() {
     let _g = serial();
     util::require_assets();
     let py = python();
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(std::path::Path::new(&chromium).exists(), "{chromium} is missing: scripts/install-deps.sh installs Debian's chromium");
+    let chromium = chromium();
     let cam_port = free_port();
     let camera = Camera::start(cam_port);
     let camera_uri = format!("rtsp://127.0.0.1:{cam_port}/cam");
@@ -77,12 +105,13 @@ model = "{{root}}/models/ppocr/ch_PP-OCRv4_det_infer.onnx"
 [stages.boxes]
 kind = "text_detection"
 inputs = ["det"]
-
+{COUNTS}
 [sinks.out]
 kind = "null"
-inputs = ["boxes", "cams"]
+inputs = ["counts", "cams"]
 "#
-    );
+    )
+    .replace("{COUNTS}", COUNTS);
     let s = Serve::start(&pipeline, &[]);
     let auth = format!("Authorization: Bearer {OPERATOR}");
     for (source, id) in [("cams", "door"), ("clips", "plates")] {
@@ -113,4 +142,112 @@ inputs = ["boxes", "cams"]
     }
     // Tokens never reach the log.
     assert!(!s.log().contains(VIEWER) && !s.log().contains(OPERATOR), "a token in the log");
+}
+
+/// nginx as a TLS reverse proxy: `https://127.0.0.1:port/cameras/` to `upstream` (the API, itself over TLS).
+struct Proxy(std::process::Child);
+
+impl Proxy {
+    fn start(dir: &std::path::Path, port: u16, upstream: &str) -> Proxy {
+        let d = dir.display();
+        // A reverse proxy as one is usually written: nothing here for the live view in particular
+        // (its streams ask nginx not to buffer them with `X-Accel-Buffering: no`).
+        let conf = format!(
+            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log;\nevents {{}}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/cb; proxy_temp_path {d}/pt; fastcgi_temp_path {d}/ft; \
+             uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
+             server {{\n  listen 127.0.0.1:{port} ssl;\n  ssl_certificate {d}/server.crt;\n  ssl_certificate_key {d}/server.key;\n\
+               location /cameras/ {{\n   proxy_pass {upstream}/;\n   proxy_http_version 1.1;\n   proxy_set_header Host $host;\n\
+                 proxy_read_timeout 1h;\n  }}\n }}\n}}\n"
+        );
+        let file = dir.join("nginx.conf");
+        std::fs::write(&file, conf).unwrap();
+        let child = Command::new("nginx")
+            .arg("-c")
+            .arg(&file)
+            .arg("-p")
+            .arg(dir)
+            .arg("-e")
+            .arg(dir.join("nginx-error.log"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nginx (scripts/install-deps.sh installs it)");
+        wait_for("nginx listening", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        Proxy(child)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_live_view_over_tls_behind_a_reverse_proxy_path_prefix() {
+    let _g = serial();
+    util::require_assets();
+    let py = python();
+    let chromium = chromium();
+    let dir = tempfile::tempdir().unwrap();
+    util::certs::certificates(dir.path());
+    let pipeline = format!(
+        r#"
+[pipeline]
+name = "live-view-proxied"
+api = {{ tls = {{ cert = "{d}/server.crt", key = "{d}/server.key" }}, tokens = [{{ role = "viewer", token = "{VIEWER}" }}] }}
+
+[sources.plates]
+kind = "file"
+uri = "{{root}}/samples/plates.mp4"
+realtime = true
+restart = "always"
+restart_backoff_ms = 0
+
+[stages.pre]
+kind = "preprocess"
+inputs = ["plates"]
+width = 640
+height = 384
+color = "bgr"
+mean = [0.5, 0.5, 0.5]
+std = [0.5, 0.5, 0.5]
+
+[stages.det]
+kind = "infer"
+inputs = ["pre"]
+model = "{{root}}/models/ppocr/ch_PP-OCRv4_det_infer.onnx"
+
+[stages.boxes]
+kind = "text_detection"
+inputs = ["det"]
+{{COUNTS}}
+[sinks.out]
+kind = "null"
+inputs = ["counts"]
+"#,
+        d = dir.path().display()
+    )
+    .replace("{COUNTS}", COUNTS);
+    let s = Serve::start(&pipeline, &[]);
+    assert!(s.url("").starts_with("https://"), "the API is not on TLS: {}", s.url(""));
+    let port = free_port();
+    let _proxy = Proxy::start(dir.path(), port, &s.url("").trim_end_matches('/').to_string());
+    let page = format!("https://127.0.0.1:{port}/cameras/");
+    let o = Command::new(&py)
+        .arg(util::root().join("tests/support/ui_browser.py"))
+        .args(["proxy", &page, VIEWER])
+        .env("CHROMIUM", &chromium)
+        .output()
+        .expect("run tests/support/ui_browser.py");
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let nginx_log = std::fs::read_to_string(dir.path().join("nginx-error.log")).unwrap_or_default();
+    assert!(
+        o.status.success() && out.contains("ok"),
+        "the browser's checks behind the proxy failed:\n{out}\nserver log:\n{}\nnginx:\n{nginx_log}",
+        s.log()
+    );
+    assert!(!s.log().contains(VIEWER), "a token in the log");
 }

@@ -167,7 +167,7 @@ pub struct Caller(pub Option<Role>);
 
 /// Whether `path` is the live view's page or one of its files (`super::ui`; open to all: they hold no data).
 pub fn is_page(path: &str) -> bool {
-    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
+    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css" | "/ui/icon.svg")
 }
 
 /// The role a request needs; `None`: open to all (`/healthz`).

@@ -149,7 +149,11 @@ async fn status_events(State(s): State<ApiState>) -> Response {
             }
         }
     });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).keep_alive(KeepAlive::new().interval(Duration::from_secs(10))).into_response()
+    super::results::unbuffered(
+        Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+            .into_response(),
+    )
 }
 
 #[cfg(test)]

@@ -74,5 +74,17 @@ async fn results(State(s): State<ApiState>, RawQuery(q): RawQuery) -> Response {
             }
         }
     });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).keep_alive(KeepAlive::new().interval(Duration::from_secs(10))).into_response()
+    unbuffered(
+        Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+            .into_response(),
+    )
+}
+
+/// An endless answer (server-sent events, MJPEG): asks a reverse proxy not to
+/// buffer it (`X-Accel-Buffering: no`, which nginx honours), so it reaches the
+/// client as it is written, behind a proxy configured for nothing in particular.
+pub(super) fn unbuffered(mut r: Response) -> Response {
+    r.headers_mut().insert(axum::http::HeaderName::from_static("x-accel-buffering"), axum::http::HeaderValue::from_static("no"));
+    r
 }

@@ -18,6 +18,7 @@ use super::auth::{Caller, is_page};
 pub const INDEX: &str = include_str!("ui/index.html");
 pub const SCRIPT: &str = include_str!("ui/app.js");
 pub const STYLE: &str = include_str!("ui/app.css");
+pub const ICON: &str = include_str!("ui/icon.svg");
 
 /// The page's policy: its own files only, pictures from the API (as blobs), no inline script or style.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; \
@@ -30,6 +31,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/ui/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX) }))
         .route("/ui/app.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT) }))
         .route("/ui/app.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE) }))
+        .route("/ui/icon.svg", get(|| async { ([(header::CONTENT_TYPE, "image/svg+xml")], ICON) }))
         .route("/v1/me", get(me))
 }
 

@@ -11,8 +11,13 @@ picture changes (two screenshots differ) and shows the drawn boxes (the text
 boxes' green); a viewer gets no add form and no remove button; an operator
 adds a camera from the form (an error from the API shown inline first), it
 shows pictures, removing it takes it off; the camera killed, `door` shows as
-lost within 2 s; no console errors but the refusals the steps ask for.
+lost within 2 s and its `lost` event in the feed; the events feed and
+counts show the plates crossing the line `gate`; no console errors but the refusals the steps ask for.
 Prints `ok` and exits 0, or raises.
+
+    PY tests/support/ui_browser.py proxy PAGE_URL VIEWER_TOKEN
+
+checks the page behind a TLS reverse proxy's path prefix (`behind_proxy`).
 """
 
 import os
@@ -90,11 +95,19 @@ def main():
                 g.drawImage(img, 0, 0);
                 const d = g.getImageData(0, 0, c.width, c.height).data;
                 let n = 0;
-                for (let i = 0; i < d.length; i += 4) if (d[i + 1] > 200 && d[i] < 90 && d[i + 2] < 90) n++;
+                for (let i = 0; i < d.length; i += 4) {
+                  const [r, g, b] = [d[i], d[i + 1], d[i + 2]];
+                  // text boxes' green, or the tracks' orange (255, 140, 0)
+                  if ((g > 200 && r < 90 && b < 90) || (r > 200 && g > 100 && g < 180 && b < 70)) n++;
+                }
                 return n;
             }"""
         )
-        assert green > 500, f"no drawn text boxes on the plates' picture ({green} green pixels)"
+        assert green > 500, f"no drawn boxes on the plates' picture ({green} pixels of their colours)"
+        # The events feed and the counts: the plates cross the line `gate`.
+        page.wait_for_selector('#events li[data-event="crossed"]', timeout=30000)
+        assert "line=gate" in page.text_content('#events li[data-event="crossed"]')
+        until("the line's count", lambda: "line gate" in page.text_content("#counts"))
         page.wait_for_timeout(1500)
         page.screenshot(path=shot)
         ctx.close()
@@ -128,6 +141,41 @@ def main():
         page.wait_for_selector(
             '.card[data-stream="door"][data-state="lost"], .card[data-stream="door"][data-state="reconnecting"]', timeout=2000
         )
+        # ... and its `lost` event is in the feed.
+        page.wait_for_selector('#events li[data-event="lost"]', timeout=10000)
+        assert "door" in page.text_content('#events li[data-event="lost"]')
+        ctx.close()
+        browser.close()
+    assert not errors, f"console errors: {errors}"
+    print("ok")
+
+
+def behind_proxy():
+    """`proxy PAGE_URL VIEWER_TOKEN`: the page behind a TLS reverse proxy's path
+    prefix (PAGE_URL is `https://host/prefix/`): `/prefix/` leads to the page,
+    the viewer signs in by the fragment, the grid, the live picture (it
+    changes), the events feed and the counts all work through the proxy."""
+    url, viewer = sys.argv[2:4]
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        ctx = browser.new_context(viewport={"width": 1200, "height": 800}, ignore_https_errors=True)
+        page = ctx.new_page()
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url + "#token=" + viewer)
+        page.wait_for_selector("#app", state="visible")
+        assert page.url.startswith(url + "ui/"), f"{url} did not lead to the page under the prefix: {page.url}"
+        assert "#token" not in page.url, "the token stays in the address"
+        assert "viewer" in page.text_content("#who")
+        page.wait_for_selector('.card[data-stream="plates"][data-state="running"]', timeout=30000)
+        until("pictures of plates", lambda: frames(page, "plates") >= 2)
+        img = page.locator(".card[data-stream=plates] img")
+        first = img.screenshot()
+        time.sleep(1.0)
+        assert first != img.screenshot(), "the live picture did not change in 1 s"
+        page.wait_for_selector('#events li[data-event="crossed"]', timeout=30000)
+        until("the line's count", lambda: "line gate" in page.text_content("#counts"))
         ctx.close()
         browser.close()
     assert not errors, f"console errors: {errors}"
@@ -135,4 +183,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "proxy":
+        behind_proxy()
+    else:
+        main()
