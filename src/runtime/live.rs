@@ -8,7 +8,8 @@
 //! encoder thread (owned here) renders each picture once — by the renderer
 //! handed in with [`LiveHub::set_renderer`], which draws the results and
 //! makes the JPEG — and gives it to every viewer of that stream: 20 viewers
-//! cost one encode. Each viewer has a bounded buffer of [`VIEWER_BUFFER`]
+//! cost one encode. The encoder thread runs at a lower priority than the
+//! pipeline's (nice +10): when the CPU is short, viewers wait. Each viewer has a bounded buffer of [`VIEWER_BUFFER`]
 //! pictures; a viewer that does not read loses its oldest, counted, and
 //! never slows the pipeline or another viewer.
 
@@ -25,6 +26,8 @@ use crate::frame::{Attached, Image};
 pub const VIEWER_BUFFER: usize = 2;
 /// The viewer rate when a viewer asks for none (frames a second).
 pub const DEFAULT_FPS: f64 = 5.0;
+/// How much lower the encoder thread's priority is than the pipeline's (a nice value).
+pub const ENCODER_NICE: i32 = 10;
 /// The highest viewer rate when the pipeline sets none (`api.live_fps`).
 pub const DEFAULT_MAX_FPS: f64 = 15.0;
 
@@ -248,6 +251,11 @@ impl LiveHub {
 
 /// The encoder thread: each pending still rendered once, handed to every viewer of its stream.
 fn encode_loop(hub: Weak<Inner>) {
+    // Viewers get the CPU the pipeline leaves: on a saturated machine their
+    // pictures come late or fewer, the pipeline's frames never.
+    if let Err(e) = crate::backend::process::lower_thread_priority(ENCODER_NICE) {
+        tracing::debug!("live pictures: the encoder thread keeps its priority ({e})");
+    }
     loop {
         let Some(h) = hub.upgrade() else { return };
         let stills: Vec<Still> = {
