@@ -394,7 +394,7 @@ print(json.dumps(out))
 
 /// Example (3) on real footage: each person YOLOv12n finds in
 /// samples/vtest.avi gets the mean colour of the picture inside its box,
-/// equal (within rounding and the two decoders' conversion to RGB) to numpy's
+/// equal (within the rounding: the pixels are the same) to numpy's
 /// mean over the same box of the same frame decoded by the ffmpeg CLI; and
 /// `frame.image()` is the picture, RGB, exactly.
 #[test]
