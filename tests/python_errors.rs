@@ -119,7 +119,9 @@ fn a_process_that_never_returns_does_not_stop_the_drain() {
     let err = reader.join().unwrap();
     assert_eq!(status.code(), Some(143), "{err}");
     assert!(
-        err.contains("stage `mine`: stream `cam` frame 3: plugin.py:process was still running 5000 ms after the stop (stop_timeout_ms): abandoned"),
+        err.contains(
+            "stage `mine`: stream `cam` frame 3: plugin.py:process was still running 5000 ms after the stop (stop_timeout_ms): abandoned"
+        ),
         "{err}"
     );
     let (decoded, processed, dropped, failed) = accounting(&err);

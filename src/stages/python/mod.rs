@@ -146,21 +146,23 @@ impl Stage for PythonStage {
         let outputs = convert::latest_outputs(frame);
         let function = self.function.clone();
         let shown = self.shown.clone();
-        let call = move || Python::attach(|py| -> Result<Option<String>, String> {
-            let f = convert::to_python(py, &meta, outputs.as_ref(), picture).map_err(|e| interp::error_text(py, &e))?;
-            let r = function.bind(py).call1((f,)).map_err(|e| format!("{shown} raised:\n{}", interp::error_text(py, &e)))?;
-            if r.is_none() {
-                return Ok(None);
-            }
-            if !r.is_instance_of::<PyDict>() {
-                let ty = r.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-                let a = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-                return Err(format!("{shown} returned {a} {ty}: return None (pass the frame on) or a dict (its results)"));
-            }
-            let h = interp::helper(py).map_err(|e| interp::error_text(py, &e))?;
-            let text = h.call_method1("dumps", (r,)).and_then(|t| t.extract::<String>());
-            text.map(Some).map_err(|e| format!("{shown} returned a dict that is not JSON:\n{}", interp::error_text(py, &e)))
-        });
+        let call = move || {
+            Python::attach(|py| -> Result<Option<String>, String> {
+                let f = convert::to_python(py, &meta, outputs.as_ref(), picture).map_err(|e| interp::error_text(py, &e))?;
+                let r = function.bind(py).call1((f,)).map_err(|e| format!("{shown} raised:\n{}", interp::error_text(py, &e)))?;
+                if r.is_none() {
+                    return Ok(None);
+                }
+                if !r.is_instance_of::<PyDict>() {
+                    let ty = r.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+                    let a = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                    return Err(format!("{shown} returned {a} {ty}: return None (pass the frame on) or a dict (its results)"));
+                }
+                let h = interp::helper(py).map_err(|e| interp::error_text(py, &e))?;
+                let text = h.call_method1("dumps", (r,)).and_then(|t| t.extract::<String>());
+                text.map(Some).map_err(|e| format!("{shown} returned a dict that is not JSON:\n{}", interp::error_text(py, &e)))
+            })
+        };
         let at = format!("stream `{}` frame {}", frame.stream, frame.seq);
         let returned = self.worker.call(&at, Box::new(call)).map_err(StageError::Frame)?;
         match returned {
