@@ -1,7 +1,9 @@
 """Enrichment: each box of the detection stage before it gets the dominant
-colour of the picture inside it (`colour`: the mean RGB of the box, and
-`colour_name`: the nearest of a few named colours), from `frame.image()`.
-Needs `image = true`. pipelines/python-colour.toml runs it."""
+colour of the picture inside it (`colour`: the mean RGB of the box's pixels,
+rounded, and `colour_name`: the nearest of a few named colours), from
+`frame.image()`. A box's pixels: rows round(y0) to round(y1) - 1, columns
+round(x0) to round(x1) - 1, clipped to the picture. Needs `image = true`.
+pipelines/python-colour.toml runs it."""
 
 import numpy as np
 

@@ -279,32 +279,53 @@ fn python_boxes_feed_the_tracker() {
     assert!(events.iter().any(|e| e["event"] == "track_ended" && e["track_id"] == 1), "{events:?}");
 }
 
-/// Example (2): the dwell rule fires once per track, on the first frame its
-/// box's bottom centre has been inside the polygon more than `seconds`,
-/// recomputed here from the tracker's results in the same NDJSON.
+/// Example (2) on real footage: YOLOv12n and the tracker on the pedestrians
+/// of samples/vtest.avi, the rule on the tracks. Its events are recomputed
+/// here from the tracks in the same NDJSON and the pipeline's own `args`
+/// (polygon, seconds, classes): a person's stay starts on the first frame
+/// its box's bottom centre is inside the polygon (a winding number, not the
+/// plugin's even-odd rule), ends on the first frame it is not, and one event
+/// is due on the first frame the stay is longer than `seconds`.
 #[test]
 fn dwell_rule_fires_when_the_stay_passes_n_seconds() {
     let dir = tempfile::tempdir().unwrap();
     let p = shipped(dir.path(), "python-dwell.toml");
-    let o = run(dir.path(), &p);
+    let o = run_in(dir.path(), &["run", p.to_str().unwrap(), "--progress", "never", "--frames", "150"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let lines = read_ndjson(&dir.path().join("python-dwell.ndjson"));
     // Frames, the tracker's events and the rule's own all follow docs/messages.schema.json.
     check_messages(&lines);
     let (frames, events) = frames_and_events(&lines);
-    let text = std::fs::read_to_string(&p).unwrap();
-    let seconds: f64 = text.lines().find_map(|l| l.split("seconds = ").nth(1)).unwrap().split(',').next().unwrap().trim().parse().unwrap();
-    let inside = |x: f64, y: f64| (640.0..=1280.0).contains(&x) && (0.0..=720.0).contains(&y);
+    assert_eq!(frames.len(), 150);
+    let cfg: toml::Table = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let args = &cfg["stages"]["dwell"]["args"];
+    let seconds = args["seconds"].as_float().unwrap();
+    let classes: Vec<i64> = args["classes"].as_array().unwrap().iter().map(|c| c.as_integer().unwrap()).collect();
+    let polygon: Vec<(f64, f64)> = args["polygon"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let xy: Vec<f64> = p.as_array().unwrap().iter().map(|v| v.as_float().or(v.as_integer().map(|i| i as f64)).unwrap()).collect();
+            (xy[0], xy[1])
+        })
+        .collect();
+    assert!(polygon.len() >= 3);
+    let inside = |x: f64, y: f64| winding_number(&polygon, (x, y)) != 0;
     let mut since: std::collections::HashMap<u64, (f64, bool)> = Default::default();
-    let mut want = Vec::new();
+    let (mut want, mut starts, mut outside) = (Vec::new(), Vec::new(), 0);
     for f in &frames {
         let pts = f["pts"].as_f64().unwrap();
         let mut seen = std::collections::HashSet::new();
         for t in f["results"]["tracks"]["tracks"].as_array().unwrap() {
             let Some(id) = t["track_id"].as_u64() else { continue };
+            if !classes.contains(&t["class"].as_i64().unwrap()) {
+                continue;
+            }
             let b = if t["bbox"].is_null() { &t["smoothed"] } else { &t["bbox"] };
             let b: Vec<f64> = b.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             if !inside((b[0] + b[2]) / 2.0, b[3]) {
+                outside += 1;
                 continue;
             }
             seen.insert(id);
@@ -312,41 +333,115 @@ fn dwell_rule_fires_when_the_stay_passes_n_seconds() {
             if !e.1 && pts - e.0 > seconds {
                 e.1 = true;
                 want.push((f["seq"].as_u64().unwrap(), id));
+                starts.push(e.0);
             }
         }
         since.retain(|id, _| seen.contains(id));
     }
     let got: Vec<(u64, u64)> =
         events.iter().filter(|e| e["event"] == "dwell").map(|e| (e["seq"].as_u64().unwrap(), e["track_id"].as_u64().unwrap())).collect();
-    assert!(!want.is_empty(), "some plate stays in the zone longer than {seconds} s");
+    assert!(want.len() >= 5, "people stay in the zone longer than {seconds} s: {want:?}");
+    assert!(outside > 0, "some people are outside the polygon");
     assert_eq!(got, want);
+    let began: Vec<f64> = events.iter().filter(|e| e["event"] == "dwell").map(|e| e["since_pts"].as_f64().unwrap()).collect();
+    assert!(began.iter().zip(&starts).all(|(a, b)| (a - b).abs() < 1e-6), "{began:?} vs {starts:?}");
+    // Each event says when the stay began and how long it has lasted (rounded to the µs).
     for e in events.iter().filter(|e| e["event"] == "dwell") {
-        assert!(e["seconds"].as_f64().unwrap() > seconds && e["stage"] == "dwell", "{e}");
+        let at = frames.iter().find(|f| f["seq"] == e["seq"]).unwrap()["pts"].as_f64().unwrap();
+        let (since, lasted) = (e["since_pts"].as_f64().unwrap(), e["seconds"].as_f64().unwrap());
+        assert!((at - since - lasted).abs() < 2e-6 && lasted >= seconds && e["stage"] == "dwell" && e["class"] == 0, "{e}");
     }
 }
 
-/// Example (3): each box of the detection stage gets the mean colour of the
-/// picture inside it; and `frame.image()` is the picture, RGB, exactly.
+/// How many times `polygon` winds around `p` (0: outside).
+fn winding_number(polygon: &[(f64, f64)], p: (f64, f64)) -> i32 {
+    let cross = |a: (f64, f64), b: (f64, f64)| (b.0 - a.0) * (p.1 - a.1) - (p.0 - a.0) * (b.1 - a.1);
+    let mut w = 0;
+    for (i, &a) in polygon.iter().enumerate() {
+        let b = polygon[(i + 1) % polygon.len()];
+        if a.1 <= p.1 {
+            if b.1 > p.1 && cross(a, b) > 0.0 {
+                w += 1;
+            }
+        } else if b.1 <= p.1 && cross(a, b) < 0.0 {
+            w -= 1;
+        }
+    }
+    w
+}
+
+/// Numpy's mean colour of each box of each frame: the frames decoded by the
+/// ffmpeg CLI to RGB (argv: raw rgb24 file, width, height, the NDJSON).
+const COLOUR_REFERENCE: &str = r#"
+import json, sys
+import numpy as np
+
+raw, w, h, nd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+frames = np.fromfile(raw, np.uint8).reshape(-1, h, w, 3)
+out = []
+for line in open(nd):
+    f = json.loads(line)
+    if "event" in f:
+        continue
+    picture = frames[f["seq"]].astype(np.float64)
+    means = []
+    for b in f["results"]["objects"]["detections"]:
+        x0, y0, x1, y1 = np.clip(np.rint(b["bbox"]).astype(int), 0, [w, h, w, h])
+        means.append(picture[y0:y1, x0:x1].reshape(-1, 3).mean(axis=0).tolist())
+    out.append(means)
+print(json.dumps(out))
+"#;
+
+/// Example (3) on real footage: each person YOLOv12n finds in
+/// samples/vtest.avi gets the mean colour of the picture inside its box,
+/// equal (within the rounding: the pixels are the same) to numpy's
+/// mean over the same box of the same frame decoded by the ffmpeg CLI; and
+/// `frame.image()` is the picture, RGB, exactly.
 #[test]
 fn colour_enrichment_adds_a_field_to_every_box() {
     let dir = tempfile::tempdir().unwrap();
     let p = shipped(dir.path(), "python-colour.toml");
-    let o = run_in(dir.path(), &["run", p.to_str().unwrap(), "--progress", "never", "--frames", "20"]);
+    let frames = 12;
+    let o = run_in(dir.path(), &["run", p.to_str().unwrap(), "--progress", "never", "--frames", &frames.to_string()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let mut boxes = 0;
-    for f in read_ndjson(&dir.path().join("python-colour.ndjson")) {
-        let theirs = f["results"]["boxes"]["text_boxes"].as_array().unwrap();
-        let ours = f["results"]["colour"]["text_boxes"].as_array().unwrap();
-        assert_eq!(ours.len(), theirs.len());
-        for (a, b) in ours.iter().zip(theirs) {
+    let nd = dir.path().join("python-colour.ndjson");
+    let lines = read_ndjson(&nd);
+    assert_eq!(lines.len(), frames);
+    // The same frames, decoded and turned to RGB by the ffmpeg CLI (swscale, bilinear, accurate rounding as the stage).
+    let raw = dir.path().join("frames.rgb");
+    let vtest = root().join("samples/vtest.avi");
+    let st = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-i", vtest.to_str().unwrap(), "-frames:v", &frames.to_string(), "-sws_flags", "bilinear+accurate_rnd"])
+        .args(["-f", "rawvideo", "-pix_fmt", "rgb24", "-y", raw.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (w, h) = (lines[0]["width"].as_u64().unwrap(), lines[0]["height"].as_u64().unwrap());
+    let o = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", COLOUR_REFERENCE, raw.to_str().unwrap(), &w.to_string(), &h.to_string(), nd.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reference: Vec<Vec<Vec<f64>>> = serde_json::from_slice(&o.stdout).unwrap();
+    let (mut boxes, mut worst) = (0, 0f64);
+    for (f, want) in lines.iter().zip(&reference) {
+        let theirs = f["results"]["objects"]["detections"].as_array().unwrap();
+        let ours = f["results"]["colour"]["detections"].as_array().unwrap();
+        assert_eq!((ours.len(), want.len()), (theirs.len(), theirs.len()));
+        for ((a, b), mean) in ours.iter().zip(theirs).zip(want) {
             assert_eq!(a["bbox"], b["bbox"]);
-            let c: Vec<u64> = a["colour"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-            assert!(c.len() == 3 && c.iter().all(|v| *v <= 255), "{a}");
+            let c: Vec<f64> = a["colour"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            assert_eq!(c.len(), 3, "{a}");
+            for (got, want) in c.iter().zip(mean) {
+                worst = worst.max((got - want).abs());
+                assert!((got - want).abs() <= 0.501, "frame {}: {a}: numpy's mean {mean:?}", f["seq"]);
+            }
             assert!(a["colour_name"].is_string(), "{a}");
             boxes += 1;
         }
     }
-    assert!(boxes > 0, "the clip has plates");
+    assert!(boxes >= 40, "{boxes} boxes compared");
+    eprintln!("{boxes} boxes, largest difference from numpy {worst:.3}");
 
     // The picture itself: a PNG, left half red, right half blue.
     let img = image::RgbImage::from_fn(40, 20, |x, _| if x < 20 { image::Rgb([255, 0, 0]) } else { image::Rgb([0, 0, 255]) });

@@ -1,5 +1,6 @@
 //! The container image: the Dockerfile's rules, and the CPU image built with
-//! podman from a local Debian base, run on the bundled sample and stopped with SIGTERM.
+//! podman from a local Debian base, run on the bundled sample and stopped with
+//! SIGTERM; its Python (doctor) runs a `python` stage whose script is mounted.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -242,6 +243,42 @@ fn cpu_image_runs_the_sample_and_drains_on_sigterm() {
         .lines()
         .find_map(|l| l.strip_prefix("time to first result: ")?.split_whitespace().next()?.parse::<f64>().ok())
         .expect("time to first result in the summary");
+
+    // `python` stages: the image's embedded Python and numpy (doctor), and a
+    // pipeline of the user's own, mounted read-only with its script, run by the image.
+    let o = podman().args(["run", "--rm", "--read-only", "--cap-drop", "ALL", image, "doctor"]).output().unwrap();
+    let doctor = out(&o);
+    let line = doctor.lines().find(|l| l.starts_with("Python ")).unwrap_or_else(|| panic!("doctor says nothing of Python:\n{doctor}"));
+    assert!(line.contains("3.11.") && line.contains("numpy 1.") && line.contains("`python` stages run here"), "{line}");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(
+        plugins.join("plugin.py"),
+        "import numpy as np\n\ndef process(frame):\n    p = frame.image()\n    \
+         return {\"numpy\": np.__version__, \"shape\": list(p.shape), \"red\": int(p[..., 0].max())}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        plugins.join("p.toml"),
+        "[sources.cam]\nkind = \"testsrc\"\nwidth = 64\nheight = 48\nframes = 5\n\n\
+         [stages.mine]\nkind = \"python\"\ninputs = [\"cam\"]\nscript = \"plugin.py\"\nimage = true\n\n\
+         [sinks.out]\nkind = \"ndjson\"\ninputs = [\"mine\"]\npath = \"/data/python.ndjson\"\n",
+    )
+    .unwrap();
+    let mount = format!("{}:/plugins:ro", plugins.display());
+    let o = podman()
+        .args(["run", "--rm", "--read-only", "--cap-drop", "ALL", "-v", &vol, "-v", &mount, image])
+        .args(["run", "/plugins/p.toml", "--progress", "never"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let lines = read_ndjson(&data.join("python.ndjson"));
+    assert_eq!(lines.len(), 5, "{}", out(&o));
+    for l in &lines {
+        let m = &l["results"]["mine"];
+        assert!(m["numpy"].as_str().is_some_and(|v| v.starts_with("1.")) && m["shape"] == serde_json::json!([48, 64, 3]), "{l}");
+        assert!(m["red"].as_u64().is_some_and(|r| r > 0), "{l}");
+    }
 
     // The live pipeline (looped sample at its own pace), then SIGTERM mid-run.
     std::fs::remove_file(data.join("results.ndjson")).unwrap();

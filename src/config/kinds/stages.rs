@@ -416,6 +416,14 @@ pub struct PythonConfig {
     /// `frame.image()` gives the picture (an RGB copy of each frame is made).
     #[serde(default)]
     pub image: bool,
+    /// Once the run is stopping, how long a `process` call may still run
+    /// before it is abandoned (its frame and the stage's later ones fail).
+    #[serde(default = "python_stop_timeout_ms")]
+    pub stop_timeout_ms: u64,
+}
+
+fn python_stop_timeout_ms() -> u64 {
+    5000
 }
 
 fn python_function() -> Spanned<String> {

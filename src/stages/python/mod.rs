@@ -4,11 +4,13 @@
 //! exception fails that frame, handled by `on_error`), `finish()` when the
 //! input ends. Files by concern: `interp` (the interpreter, loading and
 //! checking the code), `convert` (the frame as Python sees it), `outcome`
-//! (what `process` returned, back on the frame).
+//! (what `process` returned, back on the frame), `worker` (the thread the
+//! code runs on, and the stop deadline).
 
 mod convert;
 pub mod interp;
 mod outcome;
+mod worker;
 
 use std::sync::Arc;
 
@@ -27,8 +29,10 @@ pub struct PythonStage {
     name: Arc<str>,
     /// `plugins/x.py:process` as written.
     shown: String,
-    function: Py<PyAny>,
-    finish: Option<Py<PyAny>>,
+    function: Arc<Py<PyAny>>,
+    finish: Option<Arc<Py<PyAny>>>,
+    /// The thread the code runs on.
+    worker: worker::Worker,
     image: bool,
     scalers: Scalers,
     host: crate::frame::Pool<u8>,
@@ -85,7 +89,13 @@ pub fn check(cfg: &PipelineConfig, node: &NodeConfig, c: &PythonConfig) -> Resul
 
 impl PythonStage {
     /// Load the code, check it and run its `setup(args)`: any error is a start-up error.
-    pub fn build(cfg: &PipelineConfig, node: &NodeConfig, c: &PythonConfig, pool_size: usize) -> Result<Self, Diagnostic> {
+    pub fn build(
+        cfg: &PipelineConfig,
+        node: &NodeConfig,
+        c: &PythonConfig,
+        pool_size: usize,
+        shutdown: Option<Arc<crate::runtime::Shutdown>>,
+    ) -> Result<Self, Diagnostic> {
         let loaded = check(cfg, node, c)?;
         let shown = format!(
             "{}:{}",
@@ -101,11 +111,16 @@ impl PythonStage {
                     .with_help("fix setup() or the stage's `args`; docs/python.md")
             })?;
         }
+        let name: Arc<str> = Arc::from(node.name.as_str());
+        let timeout = std::time::Duration::from_millis(c.stop_timeout_ms);
+        let worker = worker::Worker::start(name.clone(), shown.clone(), shutdown, timeout)
+            .map_err(|e| cfg.diag(node.kind_span.clone(), format!("stage `{}`: cannot start its thread: {e}", node.name)))?;
         Ok(PythonStage {
-            name: Arc::from(node.name.as_str()),
+            name,
             shown,
-            function: loaded.function,
-            finish: loaded.finish,
+            function: Arc::new(loaded.function),
+            finish: loaded.finish.map(Arc::new),
+            worker,
             image: c.image,
             scalers: Scalers::default(),
             host: crate::frame::Pool::new(pool_size.max(2)),
@@ -129,25 +144,27 @@ impl Stage for PythonStage {
         let picture = self.picture(frame)?;
         let meta = convert::meta_json(frame);
         let outputs = convert::latest_outputs(frame);
-        let function = &self.function;
-        let shown = &self.shown;
-        let returned = Python::attach(|py| -> Result<Option<String>, String> {
-            let f = convert::to_python(py, &meta, outputs.as_ref(), picture).map_err(|e| interp::error_text(py, &e))?;
-            let r = function.bind(py).call1((f,)).map_err(|e| format!("{shown} raised:\n{}", interp::error_text(py, &e)))?;
-            if r.is_none() {
-                return Ok(None);
-            }
-            if !r.is_instance_of::<PyDict>() {
-                return Err(format!(
-                    "{shown} returned a {}: return None (pass the frame on) or a dict (its results)",
-                    r.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                ));
-            }
-            let h = interp::helper(py).map_err(|e| interp::error_text(py, &e))?;
-            let text = h.call_method1("dumps", (r,)).and_then(|t| t.extract::<String>());
-            text.map(Some).map_err(|e| format!("{shown} returned a dict that is not JSON:\n{}", interp::error_text(py, &e)))
-        })
-        .map_err(StageError::Frame)?;
+        let function = self.function.clone();
+        let shown = self.shown.clone();
+        let call = move || {
+            Python::attach(|py| -> Result<Option<String>, String> {
+                let f = convert::to_python(py, &meta, outputs.as_ref(), picture).map_err(|e| interp::error_text(py, &e))?;
+                let r = function.bind(py).call1((f,)).map_err(|e| format!("{shown} raised:\n{}", interp::error_text(py, &e)))?;
+                if r.is_none() {
+                    return Ok(None);
+                }
+                if !r.is_instance_of::<PyDict>() {
+                    let ty = r.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+                    let a = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                    return Err(format!("{shown} returned {a} {ty}: return None (pass the frame on) or a dict (its results)"));
+                }
+                let h = interp::helper(py).map_err(|e| interp::error_text(py, &e))?;
+                let text = h.call_method1("dumps", (r,)).and_then(|t| t.extract::<String>());
+                text.map(Some).map_err(|e| format!("{shown} returned a dict that is not JSON:\n{}", interp::error_text(py, &e)))
+            })
+        };
+        let at = format!("stream `{}` frame {}", frame.stream, frame.seq);
+        let returned = self.worker.call(&at, Box::new(call)).map_err(StageError::Frame)?;
         match returned {
             Some(text) => outcome::apply(&self.name, frame, &text).map_err(|e| StageError::Frame(format!("{}: {e}", self.shown))),
             None => Ok(()),
@@ -155,8 +172,11 @@ impl Stage for PythonStage {
     }
 
     fn finish(&mut self) -> Vec<Event> {
-        if let Some(f) = &self.finish
-            && let Err(tb) = Python::attach(|py| f.bind(py).call0().map(|_| ()).map_err(|e| interp::error_text(py, &e)))
+        if let Some(f) = self.finish.clone()
+            && let Err(tb) = self.worker.call(
+                "the end of the input",
+                Box::new(move || Python::attach(|py| f.bind(py).call0().map(|_| None).map_err(|e| interp::error_text(py, &e)))),
+            )
         {
             tracing::error!("stage `{}`: finish() of {} failed:\n{tb}", self.name, self.shown);
         }
@@ -170,6 +190,6 @@ impl Stage for PythonStage {
 
 impl Build for PythonConfig {
     fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
-        PythonStage::build(cx.cfg, cx.node, self, cx.pool_size).map(|s| Body::Stage(Box::new(s)))
+        PythonStage::build(cx.cfg, cx.node, self, cx.pool_size, cx.opts.shutdown.clone()).map(|s| Body::Stage(Box::new(s)))
     }
 }
