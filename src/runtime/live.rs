@@ -8,7 +8,8 @@
 //! encoder thread (owned here) renders each picture once — by the renderer
 //! handed in with [`LiveHub::set_renderer`], which draws the results and
 //! makes the JPEG — and gives it to every viewer of that stream: 20 viewers
-//! cost one encode. The encoder thread runs at a lower priority than the
+//! cost one encode; a viewer that has stopped reading (its buffer full for
+//! [`STALLED_AFTER`]) costs none. The encoder thread runs at a lower priority than the
 //! pipeline's (nice +10): when the CPU is short, viewers wait. Each viewer has a bounded buffer of [`VIEWER_BUFFER`]
 //! pictures; a viewer that does not read loses its oldest, counted, and
 //! never slows the pipeline or another viewer.
@@ -24,6 +25,10 @@ use crate::frame::{Attached, Image};
 
 /// Pictures kept for a viewer that is slow to read; beyond it the oldest go.
 pub const VIEWER_BUFFER: usize = 2;
+/// A viewer whose buffer has stayed full this long has stopped reading: no
+/// picture is encoded for it alone (its missed pictures are counted as
+/// dropped) until it reads again.
+pub const STALLED_AFTER: Duration = Duration::from_secs(2);
 /// The viewer rate when a viewer asks for none (frames a second).
 pub const DEFAULT_FPS: f64 = 5.0;
 /// How much lower the encoder thread's priority is than the pipeline's (a nice value).
@@ -57,7 +62,24 @@ struct ViewerShared {
     queue: Mutex<VecDeque<Picture>>,
     last: Mutex<Option<Instant>>,
     dropped: AtomicU64,
+    /// Since when its buffer has been full without a read (`None`: it reads).
+    full_since: Mutex<Option<Instant>>,
     notify: tokio::sync::Notify,
+}
+
+impl ViewerShared {
+    /// Full for longer than `after`: the viewer has stopped reading.
+    fn stalled(&self, now: Instant, after: Duration) -> bool {
+        self.full_since.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| now.duration_since(t) > after)
+    }
+
+    fn pop(&self) -> Option<Picture> {
+        let p = self.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        if p.is_some() {
+            *self.full_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        p
+    }
 }
 
 #[derive(Default)]
@@ -88,6 +110,8 @@ struct Inner {
     dropped: AtomicU64,
     renderer: Mutex<Option<Renderer>>,
     started: std::sync::Once,
+    /// A viewer whose buffer stays full this long has stopped reading.
+    stalled_after: Duration,
 }
 
 /// The live pictures of every stream; see the module's documentation.
@@ -129,7 +153,7 @@ impl Drop for Viewer {
 impl Viewer {
     /// The next picture without waiting.
     pub fn try_next(&self) -> Option<Picture> {
-        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        self.shared.pop()
     }
 
     /// The next picture, waiting for one.
@@ -152,6 +176,10 @@ impl Viewer {
 impl LiveHub {
     /// A hub whose viewers may ask for at most `max_fps` pictures a second.
     pub fn new(max_fps: f64) -> Self {
+        Self::with_stall(max_fps, STALLED_AFTER)
+    }
+
+    fn with_stall(max_fps: f64, stalled_after: Duration) -> Self {
         let max_fps = if max_fps.is_finite() && max_fps > 0.0 { max_fps } else { DEFAULT_MAX_FPS };
         LiveHub(Arc::new(Inner {
             taps: Mutex::new(HashMap::new()),
@@ -163,6 +191,7 @@ impl LiveHub {
             dropped: AtomicU64::new(0),
             renderer: Mutex::new(None),
             started: std::sync::Once::new(),
+            stalled_after,
         }))
     }
 
@@ -199,6 +228,7 @@ impl LiveHub {
             queue: Mutex::new(VecDeque::with_capacity(VIEWER_BUFFER)),
             last: Mutex::new(None),
             dropped: AtomicU64::new(0),
+            full_since: Mutex::new(None),
             notify: tokio::sync::Notify::new(),
         });
         let mut taps = self.taps();
@@ -233,6 +263,14 @@ impl LiveHub {
             return;
         }
         tap.last_taken = Some(now);
+        // Viewers that stopped reading: no encode for them alone; what they miss is counted.
+        if viewers.iter().all(|v| v.stalled(now, self.0.stalled_after)) {
+            for v in &viewers {
+                v.dropped.fetch_add(1, Ordering::Relaxed);
+                self.0.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         tap.pending = Some(Still { stream: stream.clone(), seq, image: image.clone(), results: results.to_vec() });
         drop(taps);
         self.0.wake.notify_one();
@@ -311,6 +349,9 @@ fn encode_loop(hub: Weak<Inner>) {
                     h.dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 q.push_back(picture.clone());
+                if q.len() >= VIEWER_BUFFER {
+                    v.full_since.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(now);
+                }
                 drop(q);
                 v.notify.notify_one();
             }
@@ -362,5 +403,45 @@ mod tests {
         assert_eq!(hub.view().dropped, 8);
         drop((slow, other));
         assert_eq!(hub.view().viewers, 0);
+    }
+
+    #[test]
+    fn a_viewer_that_stopped_reading_costs_no_encode_until_it_reads() {
+        let hub = LiveHub::with_stall(1e6, Duration::from_millis(100));
+        let count = Arc::new(AtomicU64::new(0));
+        let c = count.clone();
+        hub.set_renderer(Box::new(move |s: &Still| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Ok(s.seq.to_le_bytes().to_vec())
+        }));
+        let s: Arc<str> = Arc::from("a");
+        let img = image();
+        let stalled = hub.watch("a", 1e6);
+        let offer = |i: u64| {
+            hub.offer(&s, i, Some(&img), &[]);
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Its buffer fills (two pictures), then it stays full past the stall time.
+        for i in 0..3 {
+            offer(i);
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        let encoded = count.load(Ordering::Relaxed);
+        assert!(encoded >= 2, "{encoded}");
+        let dropped = stalled.dropped();
+        for i in 3..13 {
+            offer(i);
+        }
+        assert_eq!(count.load(Ordering::Relaxed), encoded, "pictures encoded for a viewer that stopped reading");
+        assert_eq!(stalled.dropped(), dropped + 10, "its missed pictures are counted");
+        // It reads again: pictures again.
+        while stalled.try_next().is_some() {}
+        offer(13);
+        let until = Instant::now() + Duration::from_secs(5);
+        while stalled.try_next().is_none() {
+            assert!(Instant::now() < until, "no picture after reading again");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(count.load(Ordering::Relaxed), encoded + 1);
     }
 }
