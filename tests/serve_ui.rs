@@ -234,7 +234,7 @@ inputs = ["counts"]
     let s = Serve::start(&pipeline, &[]);
     assert!(s.url("").starts_with("https://"), "the API is not on TLS: {}", s.url(""));
     let port = free_port();
-    let _proxy = Proxy::start(dir.path(), port, &s.url("").trim_end_matches('/').to_string());
+    let _proxy = Proxy::start(dir.path(), port, s.url("").trim_end_matches('/'));
     let page = format!("https://127.0.0.1:{port}/cameras/");
     let o = Command::new(&py)
         .arg(util::root().join("tests/support/ui_browser.py"))
