@@ -66,6 +66,7 @@ pub struct ClipMuxer {
     tb_in: ff::Rational,
     tb_out: ff::Rational,
     path: String,
+    file: std::path::PathBuf,
 }
 
 impl ClipMuxer {
@@ -86,7 +87,7 @@ impl ClipMuxer {
         opts.set("movflags", "frag_keyframe+empty_moov+default_base_moof");
         out.write_header_with(opts).map_err(|e| format!("{shown}: writing the header: {e}"))?;
         let tb_out = out.stream(0).map(|s| s.time_base()).unwrap_or(ff::Rational(time_base.0, time_base.1));
-        Ok(ClipMuxer { out, tb_in: ff::Rational(time_base.0, time_base.1), tb_out, path: shown })
+        Ok(ClipMuxer { out, tb_in: ff::Rational(time_base.0, time_base.1), tb_out, path: shown, file: path.to_path_buf() })
     }
 
     /// Write `packet` with timestamps `pts`, `dts` and `duration` (in the time base given at create).
@@ -99,11 +100,37 @@ impl ClipMuxer {
         p.set_stream(0);
         p.set_position(-1);
         p.rescale_ts(self.tb_in, self.tb_out);
-        p.write(&mut self.out).map(drop).map_err(|e| format!("{}: {e}", self.path))
+        p.write(&mut self.out).map(drop).map_err(|e| format!("{}: {e}", self.path))?;
+        self.io().1.map_or(Ok(()), Err)
     }
 
-    /// Close the last fragment and the file.
-    pub fn finish(mut self) -> Result<(), String> {
-        self.out.write_trailer().map_err(|e| format!("{}: {e}", self.path))
+    /// Bytes the muxer has written so far, and the I/O error it met, if any.
+    fn io(&self) -> (i64, Option<String>) {
+        // SAFETY: the output's own I/O context, opened with it (mp4 is a file
+        // muxer: `pb` is set) and alive as long as `self.out`; its position and
+        // error field are read only.
+        let (pos, err) = unsafe {
+            let pb = (*self.out.as_ptr()).pb;
+            if pb.is_null() { (0, 0) } else { (ff::ffi::avio_seek(pb, 0, libc::SEEK_CUR), (*pb).error) }
+        };
+        (pos, (err < 0).then(|| format!("{}: {}", self.path, ff::Error::from(err))))
+    }
+
+    /// Close the last fragment and the file; the bytes written. A write that
+    /// did not all reach the disk (a disk full, a file size limit: a short
+    /// write FFmpeg does not see) is an error.
+    pub fn finish(mut self) -> Result<u64, String> {
+        self.out.write_trailer().map_err(|e| format!("{}: {e}", self.path))?;
+        let (size, err) = self.io();
+        if let Some(e) = err {
+            return Err(e);
+        }
+        let (path, file) = (self.path.clone(), self.file.clone());
+        drop(self);
+        let on_disk = std::fs::metadata(&file).map_err(|e| format!("{path}: {e}"))?.len();
+        if (on_disk as i64) < size {
+            return Err(format!("{path}: only {on_disk} of {size} bytes reached the disk (disk full, or a file size limit)"));
+        }
+        Ok(on_disk)
     }
 }

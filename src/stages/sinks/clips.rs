@@ -232,11 +232,13 @@ impl ClipsSink {
         }
         let cut = cut && c.last_pts < c.end;
         let OpenClip { muxer, path, shown, start_pts, last_pts, frames, triggers, gaps, .. } = c;
-        if let Err(e) = muxer.finish() {
-            let _ = std::fs::remove_file(&path);
-            return self.fail(stream, e);
-        }
-        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let bytes = match muxer.finish() {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return self.fail(stream, e);
+            }
+        };
         let info = ClipInfo {
             sink: self.name.clone(),
             path: shown.clone(),

@@ -1,0 +1,281 @@
+//! Event clips (`kind = "clips"`) through the real binary on the moving-plates
+//! clip (real decode, real PP-OCR detector, tracker, counting line): one clip
+//! per crossing, starting at most one GOP before `event − pre_s` and ending
+//! at or after `event + post_s`, its video packets byte-identical to the
+//! source's for that span (ffprobe's packet hashes), the event's frame in it
+//! (pixels compared, both decoded by the ffmpeg CLI); overlapping events
+//! merged; retention; a clip that cannot be written stops clips, not the
+//! pipeline; SIGTERM mid-clip leaves a playable, shorter clip.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use util::*;
+
+const FPS: f64 = 15.0;
+
+/// pipelines/clips.toml with its paths made absolute, its outputs in `dir`, and `edit` applied.
+fn example(dir: &Path, edit: &[(&str, &str)]) -> PathBuf {
+    let mut text = std::fs::read_to_string(root().join("pipelines/clips.toml"))
+        .unwrap()
+        .replace("../samples/", &format!("{}/samples/", root().display()))
+        .replace("../models/", &format!("{}/models/", root().display()))
+        .replace("../out/", &format!("{}/", dir.display()));
+    for (from, to) in edit {
+        assert!(text.contains(from), "{from} not in pipelines/clips.toml");
+        text = text.replace(from, to);
+    }
+    let p = dir.join("clips.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// One video packet as ffprobe shows it.
+#[derive(Debug, Clone)]
+struct Packet {
+    pts: f64,
+    key: bool,
+    hash: String,
+}
+
+fn packets(file: &Path) -> Vec<Packet> {
+    let o = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time,flags,data_hash", "-show_data_hash", "sha256"])
+        .args(["-of", "csv=p=0"])
+        .arg(file)
+        .output()
+        .expect("ffprobe");
+    assert!(o.status.success(), "ffprobe {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Packet { pts: f[0].parse().unwrap(), key: f[1].starts_with('K'), hash: f[2].to_string() }
+        })
+        .collect()
+}
+
+/// Frame `n` (presentation order) of `file`, decoded by the ffmpeg CLI to grey pixels.
+fn frame(file: &Path, n: u64) -> Vec<u8> {
+    let o = Command::new("ffmpeg")
+        .args(["-v", "error", "-nostdin", "-i"])
+        .arg(file)
+        .args(["-vf", &format!("select=eq(n\\,{n})"), "-frames:v", "1", "-pix_fmt", "gray", "-f", "rawvideo", "-"])
+        .output()
+        .expect("ffmpeg");
+    assert!(o.status.success(), "ffmpeg {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout.len(), 1280 * 720, "{}: frame {n} not decoded", file.display());
+    o.stdout
+}
+
+/// The whole file decodes without an error.
+fn decodes(file: &Path) {
+    let o = Command::new("ffmpeg").args(["-v", "error", "-nostdin", "-i"]).arg(file).args(["-f", "null", "-"]).output().unwrap();
+    assert!(
+        o.status.success() && o.stderr.is_empty(),
+        "{} does not decode cleanly: {}",
+        file.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn clips_in(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines.iter().filter(|l| l["event"] == "clip").collect()
+}
+
+#[test]
+fn one_clip_per_crossing_with_the_source_packets_unchanged() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let (pre, post) = (0.05, 0.05);
+    let p = example(dir.path(), &[("pre_s = 1\n", "pre_s = 0.05\n"), ("post_s = 1\n", "post_s = 0.05\n")]);
+    let o = bin().arg("run").arg(&p).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = read_ndjson(&dir.path().join("clips.ndjson"));
+    check_messages(&out);
+    let crossed: Vec<u64> = out.iter().filter(|l| l["event"] == "crossed").map(|l| l["seq"].as_u64().unwrap()).collect();
+    let clips = clips_in(&out);
+    assert_eq!(crossed.len(), 3, "{err}");
+    assert_eq!(clips.len(), crossed.len(), "one clip per crossing: {clips:?}");
+    let source = root().join("samples/plates.mp4");
+    let src = packets(&source);
+    let keys: Vec<f64> = src.iter().filter(|p| p.key).map(|p| p.pts).collect();
+    let gop = keys.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+    assert!(gop > 0.5, "keyframes at {keys:?}");
+    for (c, &seq) in clips.iter().zip(&crossed) {
+        assert_eq!(c["triggers"], serde_json::json!([{"event": "crossed", "seq": seq}]), "{c}");
+        assert_eq!(c["cut"], false, "{c}");
+        let event = seq as f64 / FPS;
+        let file = PathBuf::from(c["path"].as_str().unwrap());
+        let file = if file.is_absolute() { file } else { root().join(file) };
+        decodes(&file);
+        let got = packets(&file);
+        // The clip's packets are a run of the source's, byte for byte.
+        let at = src.iter().position(|p| p.hash == got[0].hash).expect("the clip's first packet is one of the source's");
+        let span = &src[at..at + got.len()];
+        assert!(span.iter().zip(&got).all(|(a, b)| a.hash == b.hash), "{}: packets differ from the source's", file.display());
+        // It starts on a keyframe at most one GOP before event − pre_s ...
+        let start = span[0].pts;
+        assert!(span[0].key && got[0].key, "{}: starts on a non-keyframe", file.display());
+        assert!(start <= event - pre + 1e-6 && start >= event - pre - gop - 1e-6, "clip starts at {start}, event at {event}");
+        assert!((c["start_pts"].as_f64().unwrap() - start).abs() < 1e-6, "{c}");
+        // ... and ends at or after event + post_s.
+        let end = span.iter().map(|p| p.pts).fold(f64::MIN, f64::max);
+        assert!(end >= event + post - 1e-6, "clip ends at {end}, event at {event}");
+        assert_eq!(c["frames"].as_u64().unwrap() as usize, got.len(), "{c}");
+        // The event's frame is in it, pixel for pixel.
+        let first_frame = (start * FPS).round() as u64;
+        assert_eq!(frame(&file, seq - first_frame), frame(&source, seq), "{}: frame of the event", file.display());
+    }
+    // Each clip said in the log, and counted.
+    assert_eq!(err.matches("clips sink `clips`: ").count(), 3, "{err}");
+}
+
+#[test]
+fn overlapping_crossings_make_one_clip_with_every_trigger() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let p = example(dir.path(), &[]);
+    let o = bin().arg("run").arg(&p).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = read_ndjson(&dir.path().join("clips.ndjson"));
+    let crossed: Vec<u64> = out.iter().filter(|l| l["event"] == "crossed").map(|l| l["seq"].as_u64().unwrap()).collect();
+    let clips = clips_in(&out);
+    // Crossings 1 s apart or less with pre_s = post_s = 1: one clip.
+    assert!(crossed.windows(2).all(|w| (w[1] - w[0]) as f64 / FPS <= 1.0), "{crossed:?}");
+    assert_eq!(clips.len(), 1, "{clips:?}");
+    let triggers: Vec<u64> = clips[0]["triggers"].as_array().unwrap().iter().map(|t| t["seq"].as_u64().unwrap()).collect();
+    assert_eq!(triggers, crossed);
+    let (first, last) = (crossed[0] as f64 / FPS, *crossed.last().unwrap() as f64 / FPS);
+    assert!(clips[0]["start_pts"].as_f64().unwrap() <= first - 1.0 + 1e-6, "{}", clips[0]);
+    assert!(clips[0]["end_pts"].as_f64().unwrap() >= last + 1.0 - 1e-6, "{}", clips[0]);
+    decodes(Path::new(clips[0]["path"].as_str().unwrap()));
+}
+
+#[test]
+fn retention_deletes_the_oldest_clips_past_max_bytes() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    // Three clips of an earlier run, old and large: past max_bytes together with the new ones.
+    let folder = dir.path().join("clips/cam");
+    std::fs::create_dir_all(&folder).unwrap();
+    for n in 0..3 {
+        std::fs::write(folder.join(format!("old-{n}.mp4")), vec![0u8; 40_000]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let keep_untouched = folder.join("notes.txt");
+    std::fs::write(&keep_untouched, "not a clip").unwrap();
+    let p = example(
+        dir.path(),
+        &[("pre_s = 1\n", "pre_s = 0.05\n"), ("post_s = 1\n", "post_s = 0.05\n"), ("max_bytes = \"1GB\"", "max_bytes = \"60KB\"")],
+    );
+    let o = bin().arg("run").arg(&p).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = read_ndjson(&dir.path().join("clips.ndjson"));
+    let clips = clips_in(&out);
+    assert_eq!(clips.len(), 3, "{err}");
+    let mut left: Vec<(String, u64)> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "mp4"))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect();
+    left.sort();
+    let total: u64 = left.iter().map(|f| f.1).sum();
+    assert!(total <= 60_000, "{left:?}");
+    // The old files went first: none is left while a new clip is.
+    assert!(left.iter().all(|f| !f.0.starts_with("old-")), "{left:?}");
+    assert!(!left.is_empty(), "the newest clip is kept: {err}");
+    assert!(keep_untouched.exists(), "only clips are deleted");
+    assert!(err.contains("(retention)"), "{err}");
+}
+
+#[test]
+fn a_clip_that_cannot_be_written_stops_clips_not_the_pipeline() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the clips' folder should be.
+    std::fs::write(dir.path().join("clips"), "a file, not a folder").unwrap();
+    let p = example(dir.path(), &[("pre_s = 1\n", "pre_s = 0.05\n"), ("post_s = 1\n", "post_s = 0.05\n")]);
+    let o = bin().arg("run").arg(&p).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "the pipeline goes on: {err}");
+    let out = read_ndjson(&dir.path().join("clips.ndjson"));
+    assert_eq!(out.iter().filter(|l| l["event"].is_null()).count(), 120, "every frame reaches the other sink");
+    assert!(clips_in(&out).is_empty());
+    assert_eq!(err.matches("no more clips are made in this run").count(), 1, "said once: {err}");
+    assert!(err.contains("cannot make"), "{err}");
+}
+
+#[test]
+fn a_file_size_limit_mid_clip_stops_clips_not_the_pipeline() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let p = example(dir.path(), &[]);
+    // A disk that fills: RLIMIT_FSIZE of 20 KiB on the child (SIGXFSZ ignored, so a
+    // write past it fails with EFBIG as one on a full disk fails with ENOSPC); the
+    // clip (about 40 KB) hits it part-way. The NDJSON sink would too: it is left out.
+    let text = std::fs::read_to_string(&p).unwrap();
+    let text = text.split("[sinks.results]").next().unwrap().to_string();
+    std::fs::write(&p, text).unwrap();
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!("trap '' XFSZ; ulimit -f 20 && exec {} run {}", env!("CARGO_BIN_EXE_infer-stream"), p.display()))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "the pipeline goes on: {err}");
+    assert!(err.contains("no more clips are made in this run"), "{err}");
+    assert!(err.contains("frames: decoded 120 = processed 120"), "{err}");
+    // The broken clip is removed.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("clips/cam")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn sigterm_mid_clip_finishes_a_playable_shorter_clip() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    // The plates clip (8 s) played in real time, stopped right after the first
+    // crossing (3.5 s), long before its clip's end (20 s later) and the input's.
+    let p = example(dir.path(), &[("post_s = 1\n", "post_s = 20\n"), ("max_s = 30", "max_s = 40")]);
+    let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"file\"\n", "kind = \"file\"\nrealtime = true\n");
+    std::fs::write(&p, text).unwrap();
+    let mut child = bin().arg("run").arg(&p).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // Wait for the first crossing in the NDJSON, then stop.
+    let nd = dir.path().join("clips.ndjson");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&nd).unwrap_or_default().contains("\"crossed\"") {
+        assert!(t0.elapsed().as_secs() < 60, "no crossing");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    unsafe_free_kill(child.id(), "TERM");
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let out = read_ndjson(&nd);
+    let clips = clips_in(&out);
+    assert_eq!(clips.len(), 1, "{err}");
+    assert_eq!(clips[0]["cut"], true, "{}", clips[0]);
+    let file = Path::new(clips[0]["path"].as_str().unwrap());
+    decodes(file);
+    let got = packets(file);
+    assert!(!got.is_empty() && got[0].key);
+    let seq = out.iter().find(|l| l["event"] == "crossed").unwrap()["seq"].as_u64().unwrap();
+    // Cut at the stop: well before the input's end (7.93 s), so not closed by the stream ending.
+    let end = clips[0]["end_pts"].as_f64().unwrap();
+    assert!(end >= seq as f64 / FPS && end < 7.0, "cut at the stop: {}", clips[0]);
+    assert!(!out.iter().any(|l| l["seq"].as_u64() == Some(119) && l["event"].is_null()), "stopped before the end");
+    assert_eq!(clips[0]["frames"].as_u64().unwrap() as usize, got.len());
+}
+
+/// Send `signal` to `pid` with kill(1).
+fn unsafe_free_kill(pid: u32, signal: &str) {
+    let s = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    assert!(s.success());
+}
