@@ -247,7 +247,7 @@ fn sigterm_mid_clip_finishes_a_playable_shorter_clip() {
     let p = example(dir.path(), &[("post_s = 1\n", "post_s = 20\n"), ("max_s = 30", "max_s = 40")]);
     let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"file\"\n", "kind = \"file\"\nrealtime = true\n");
     std::fs::write(&p, text).unwrap();
-    let mut child = bin().arg("run").arg(&p).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = bin().arg("run").arg(&p).stderr(std::process::Stdio::piped()).spawn().unwrap();
     // Wait for the first crossing in the NDJSON, then stop.
     let nd = dir.path().join("clips.ndjson");
     let t0 = std::time::Instant::now();
@@ -255,7 +255,7 @@ fn sigterm_mid_clip_finishes_a_playable_shorter_clip() {
         assert!(t0.elapsed().as_secs() < 60, "no crossing");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    unsafe_free_kill(child.id(), "TERM");
+    send_signal(child.id(), "TERM");
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     let out = read_ndjson(&nd);
@@ -275,7 +275,7 @@ fn sigterm_mid_clip_finishes_a_playable_shorter_clip() {
 }
 
 /// Send `signal` to `pid` with kill(1).
-fn unsafe_free_kill(pid: u32, signal: &str) {
+fn send_signal(pid: u32, signal: &str) {
     let s = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
     assert!(s.success());
 }

@@ -564,49 +564,6 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
     }
 }
 
-#[cfg(test)]
-mod url_tests {
-    use crate::graph::check;
-
-    fn errors(src: String) -> Vec<String> {
-        let cfg = crate::config::parse(std::path::Path::new("/p/p.toml"), src).unwrap();
-        match check(&cfg) {
-            Ok(_) => Vec::new(),
-            Err(d) => d.0.iter().map(|d| d.headline()).collect(),
-        }
-    }
-
-    fn video(path: &str, extra: &str) -> String {
-        format!(
-            "[sources.a]\nkind = \"testsrc\"\n[sources.b]\nkind = \"testsrc\"\n[sinks.out]\nkind = \"video\"\ninputs = [\"a\", \"b\"]\npath = \"{path}\"\n{extra}"
-        )
-    }
-
-    /// A server URL is no file: its scheme tells the container, `{stream}`
-    /// may stand anywhere in it, and no folder or collision rule applies.
-    #[test]
-    fn server_urls_are_checked_as_urls_not_paths() {
-        for url in ["rtmp://127.0.0.1:1935/{stream}/live", "rtsp://127.0.0.1:8554/cams/{stream}", "srt://127.0.0.1:9000?streamid={stream}"]
-        {
-            assert_eq!(errors(video(url, "")), Vec::<String>::new(), "{url}");
-        }
-        assert_eq!(errors(video("udp://127.0.0.1:1234", "stream = \"a\"\n")), Vec::<String>::new());
-        // Still one stream per server URL.
-        let e = errors(video("udp://127.0.0.1:1234", ""));
-        assert!(e.len() == 1 && e[0].contains("fed by 2 streams"), "{e:?}");
-    }
-
-    #[test]
-    fn keyframe_and_fragment_settings_are_checked() {
-        let e = errors(video("out/{stream}.mp4", "keyframe_interval_s = 0\n"));
-        assert!(e.len() == 1 && e[0].contains("/p/p.toml:9:23: video sink `out`: keyframe_interval_s must be a positive number"), "{e:?}");
-        let e = errors(video("out/{stream}.mp4", "fragment_duration_ms = 500\n"));
-        assert!(e.len() == 1 && e[0].contains("`fragment_duration_ms` applies to fragmented mp4 only"), "{e:?}");
-        let ok = video("out/{stream}.mp4", "fragmented = true\nfragment_duration_ms = 500\nkeyframe_interval_s = 0.5\n");
-        assert_eq!(errors(ok), Vec::<String>::new());
-    }
-}
-
 /// A `clips` sink: times in range, a path template it can fill, retention it
 /// can read, and only sources whose packets it can copy (`file`: files,
 /// URLs, RTSP cameras). With a `redact` stage upstream a clip of the
@@ -699,4 +656,47 @@ fn upstream_nodes(producers: &[Vec<usize>], i: usize) -> Vec<usize> {
         }
     }
     (0..producers.len()).filter(|&j| seen[j]).collect()
+}
+
+#[cfg(test)]
+mod url_tests {
+    use crate::graph::check;
+
+    fn errors(src: String) -> Vec<String> {
+        let cfg = crate::config::parse(std::path::Path::new("/p/p.toml"), src).unwrap();
+        match check(&cfg) {
+            Ok(_) => Vec::new(),
+            Err(d) => d.0.iter().map(|d| d.headline()).collect(),
+        }
+    }
+
+    fn video(path: &str, extra: &str) -> String {
+        format!(
+            "[sources.a]\nkind = \"testsrc\"\n[sources.b]\nkind = \"testsrc\"\n[sinks.out]\nkind = \"video\"\ninputs = [\"a\", \"b\"]\npath = \"{path}\"\n{extra}"
+        )
+    }
+
+    /// A server URL is no file: its scheme tells the container, `{stream}`
+    /// may stand anywhere in it, and no folder or collision rule applies.
+    #[test]
+    fn server_urls_are_checked_as_urls_not_paths() {
+        for url in ["rtmp://127.0.0.1:1935/{stream}/live", "rtsp://127.0.0.1:8554/cams/{stream}", "srt://127.0.0.1:9000?streamid={stream}"]
+        {
+            assert_eq!(errors(video(url, "")), Vec::<String>::new(), "{url}");
+        }
+        assert_eq!(errors(video("udp://127.0.0.1:1234", "stream = \"a\"\n")), Vec::<String>::new());
+        // Still one stream per server URL.
+        let e = errors(video("udp://127.0.0.1:1234", ""));
+        assert!(e.len() == 1 && e[0].contains("fed by 2 streams"), "{e:?}");
+    }
+
+    #[test]
+    fn keyframe_and_fragment_settings_are_checked() {
+        let e = errors(video("out/{stream}.mp4", "keyframe_interval_s = 0\n"));
+        assert!(e.len() == 1 && e[0].contains("/p/p.toml:9:23: video sink `out`: keyframe_interval_s must be a positive number"), "{e:?}");
+        let e = errors(video("out/{stream}.mp4", "fragment_duration_ms = 500\n"));
+        assert!(e.len() == 1 && e[0].contains("`fragment_duration_ms` applies to fragmented mp4 only"), "{e:?}");
+        let ok = video("out/{stream}.mp4", "fragmented = true\nfragment_duration_ms = 500\nkeyframe_interval_s = 0.5\n");
+        assert_eq!(errors(ok), Vec::<String>::new());
+    }
 }

@@ -113,12 +113,12 @@ impl ClipsSink {
         let (pre, post, max) = (self.pre_s, self.post_s, self.max_s);
         let Some(st) = self.streams.get_mut(stream) else { return };
         let tb = st.time_base;
-        if let Some(c) = st.open.as_mut() {
-            if t - Self::units(tb, pre) <= c.end {
-                c.end = (t + Self::units(tb, post)).max(c.end).min(c.cap);
-                c.triggers.push((event.to_string(), seq));
-                return;
-            }
+        if let Some(c) = st.open.as_mut()
+            && t - Self::units(tb, pre) <= c.end
+        {
+            c.end = (t + Self::units(tb, post)).max(c.end).min(c.cap);
+            c.triggers.push((event.to_string(), seq));
+            return;
         }
         self.close(stream, false);
         if let Some(why) = &self.stopped {
