@@ -279,3 +279,46 @@ fn send_signal(pid: u32, signal: &str) {
     let s = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
     assert!(s.success());
 }
+
+/// `serve`: `GET /v1/clips` lists the clip (viewer role), `GET /v1/clips/{id}`
+/// gives its file byte for byte; no token is 401, an unknown id 404.
+#[test]
+fn serve_lists_and_gives_the_clips() {
+    require_assets();
+    use util::serve::{Serve, curl, json_of, wait_for};
+    const VIEWER: &str = "clips-viewer-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let p = example(dir.path(), &[]);
+    let text = std::fs::read_to_string(&p).unwrap().replace(
+        "[pipeline]\nname = \"clips\"\n",
+        &format!("[pipeline]\nname = \"clips\"\napi = {{ tokens = [{{ role = \"viewer\", token = \"{VIEWER}\" }}] }}\n"),
+    );
+    let s = Serve::start(&text, &[]);
+    let auth = format!("Authorization: Bearer {VIEWER}");
+    let mut listed = serde_json::Value::Null;
+    wait_for("a clip listed", std::time::Duration::from_secs(120), || {
+        let (code, body) = curl(&s.url("/v1/clips"), &["-H", &auth]);
+        assert_eq!(code, 200, "{body}\n{}", s.log());
+        listed = json_of(&body);
+        !listed["clips"].as_array().unwrap().is_empty()
+    });
+    let clip = &listed["clips"][0];
+    assert_eq!(clip["stream"], "cam", "{listed}");
+    assert!(clip["frames"].as_u64().unwrap() > 0 && clip["bytes"].as_u64().unwrap() > 0, "{listed}");
+    let id = clip["id"].as_u64().unwrap();
+    let got = dir.path().join("got.mp4");
+    let o = Command::new("curl")
+        .args(["-s", "-S", "--fail", "--max-time", "20", "-H", &auth, "-o"])
+        .arg(&got)
+        .arg(s.url(&format!("/v1/clips/{id}")))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let on_disk = std::fs::read(clip["path"].as_str().unwrap()).unwrap_or_else(|e| panic!("{listed}: {e}"));
+    assert_eq!(std::fs::read(&got).unwrap(), on_disk, "the download is the clip's file");
+    decodes(&got);
+    let (code, body) = curl(&s.url("/v1/clips"), &[]);
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = curl(&s.url("/v1/clips/999999"), &["-H", &auth]);
+    assert_eq!((code, json_of(&body)["status"].as_u64()), (404, Some(404)), "{body}");
+}
