@@ -322,3 +322,114 @@ fn serve_lists_and_gives_the_clips() {
     let (code, body) = curl(&s.url("/v1/clips/999999"), &["-H", &auth]);
     assert_eq!((code, json_of(&body)["status"].as_u64()), (404, Some(404)), "{body}");
 }
+
+/// An RTSP camera (GStreamer's RTSP server) that drops and comes back while a
+/// clip is being made: the clip goes on over the new connection, the time the
+/// camera was away is in its `gaps`, and the file decodes without an error.
+#[test]
+fn an_rtsp_camera_that_drops_mid_clip_leaves_a_gap_in_a_playable_clip() {
+    use util::serve::{Camera, free_port, terminate};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut camera = Some(Camera::start(port));
+    let toml = format!(
+        r#"
+[sources.cam]
+kind = "rtsp"
+uri = "rtsp://127.0.0.1:{port}/cam"
+watchdog_ms = 1000
+backoff_initial_ms = 100
+backoff_max_ms = 300
+
+[sinks.clips]
+kind = "clips"
+inputs = ["cam"]
+on = ["lost"]
+pre_s = 1
+post_s = 4
+path = "{dir}/clips/{{stream}}-{{start:%H%M%S}}.mp4"
+
+[sinks.out]
+kind = "ndjson"
+inputs = ["cam"]
+path = "{dir}/out.ndjson"
+"#,
+        dir = dir.path().display()
+    );
+    let p = dir.path().join("rtsp.toml");
+    std::fs::write(&p, toml).unwrap();
+    let log = std::fs::File::create(dir.path().join("run.log")).unwrap();
+    let child = bin().arg("run").arg(&p).stderr(log).spawn().unwrap();
+    let nd = dir.path().join("out.ndjson");
+    let lines = || std::fs::read_to_string(&nd).unwrap_or_default();
+    let wait = |what: &str, done: &dyn Fn(&str) -> bool| {
+        let t0 = std::time::Instant::now();
+        while !done(&lines()) {
+            assert!(t0.elapsed().as_secs() < 30, "{what}: not within 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    wait("30 frames", &|t| t.lines().filter(|l| l.contains("\"pts\"")).count() >= 30);
+    camera.take();
+    wait("a lost event", &|t| t.contains("\"lost\""));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    camera = Some(Camera::start(port));
+    wait("a clip", &|t| t.contains("\"clip\""));
+    let code = terminate(child);
+    drop(camera);
+    let out = read_ndjson(&nd);
+    check_messages(&out);
+    let clips = clips_in(&out);
+    let log = std::fs::read_to_string(dir.path().join("run.log")).unwrap();
+    assert_eq!(clips.len(), 1, "{code:?}: {log}");
+    let c = clips[0];
+    let gaps = c["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{c}");
+    let (from, to) = (gaps[0]["from"].as_f64().unwrap(), gaps[0]["to"].as_f64().unwrap());
+    assert!(to - from >= 1.5, "the camera was away 1.5 s or more: {c}");
+    assert!(c["start_pts"].as_f64().unwrap() < from && c["end_pts"].as_f64().unwrap() > to, "frames on both sides of the gap: {c}");
+    let file = Path::new(c["path"].as_str().unwrap());
+    decodes(file);
+    let got = packets(file);
+    assert_eq!(got.len() as u64, c["frames"].as_u64().unwrap());
+    // The gap is in the file's timestamps too.
+    let jump = got.windows(2).map(|w| w[1].pts - w[0].pts).fold(0.0, f64::max);
+    assert!(jump >= 1.5, "largest step between packets {jump} s");
+}
+
+/// SIGKILL mid-clip: the fragments already complete are on disk and play; at
+/// most the open one (a GOP) is lost.
+#[test]
+fn sigkill_mid_clip_leaves_the_finished_fragments_playable() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let p = example(dir.path(), &[("post_s = 1\n", "post_s = 20\n"), ("max_s = 30", "max_s = 40")]);
+    let text = std::fs::read_to_string(&p).unwrap().replace("kind = \"file\"\n", "kind = \"file\"\nrealtime = true\n");
+    std::fs::write(&p, text).unwrap();
+    let mut child = bin().arg("run").arg(&p).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let nd = dir.path().join("clips.ndjson");
+    let t0 = std::time::Instant::now();
+    // Killed 1.5 s (of source time) after the first crossing: the pre-roll (a GOP or two) and a second are written.
+    let seq = loop {
+        let text = std::fs::read_to_string(&nd).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.contains("\"crossed\"")) {
+            break serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"].as_u64().unwrap();
+        }
+        assert!(t0.elapsed().as_secs() < 60, "no crossing");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.path().join("clips/cam")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    decodes(&files[0]);
+    let got = packets(&files[0]);
+    // Whole GOPs from the keyframe at or before the crossing − 1 s up to at least the crossing's GOP.
+    assert!(!got.is_empty() && got[0].key, "{got:?}");
+    let src = packets(&root().join("samples/plates.mp4"));
+    let at = src.iter().position(|p| p.hash == got[0].hash).unwrap();
+    assert!(src[at..at + got.len()].iter().zip(&got).all(|(a, b)| a.hash == b.hash));
+    let last = src[at..at + got.len()].iter().map(|p| p.pts).fold(0.0, f64::max);
+    assert!(last + 1.0 >= seq as f64 / FPS, "the crossing's GOP (or the one before it) is kept: last {last}, crossing {seq}");
+}

@@ -628,7 +628,11 @@ pub(super) fn check_clips(cfg: &PipelineConfig, producers: &[Vec<usize>], diags:
         }
         for &j in &up {
             let src = &cfg.nodes[j];
-            let ok = matches!(&src.kind, NodeKind::File(f) if *f.backend.get_ref() != crate::config::DecodeBackend::Gstreamer);
+            let ok = match &src.kind {
+                NodeKind::File(f) => *f.backend.get_ref() != crate::config::DecodeBackend::Gstreamer,
+                NodeKind::Rtsp(r) => r.media == crate::config::MediaKind::Video,
+                _ => false,
+            };
             if src.role == crate::config::Role::Source && !ok {
                 diags.push(
                     cfg.diag(
@@ -639,7 +643,7 @@ pub(super) fn check_clips(cfg: &PipelineConfig, producers: &[Vec<usize>], diags:
                             src.kind.name()
                         ),
                     )
-                    .with_help("clips are made from `file` sources (files, URLs, RTSP cameras) decoded by FFmpeg"),
+                    .with_help("clips are made from `file` sources (files, URLs) decoded by FFmpeg and `rtsp` cameras' video"),
                 );
             }
         }

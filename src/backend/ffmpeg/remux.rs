@@ -85,6 +85,8 @@ impl ClipMuxer {
         }
         let mut opts = ff::Dictionary::new();
         opts.set("movflags", "frag_keyframe+empty_moov+default_base_moof");
+        // Each fragment goes to the file when it is complete, not when FFmpeg's buffer fills.
+        opts.set("flush_packets", "1");
         out.write_header_with(opts).map_err(|e| format!("{shown}: writing the header: {e}"))?;
         let tb_out = out.stream(0).map(|s| s.time_base()).unwrap_or(ff::Rational(time_base.0, time_base.1));
         Ok(ClipMuxer { out, tb_in: ff::Rational(time_base.0, time_base.1), tb_out, path: shown, file: path.to_path_buf() })

@@ -194,7 +194,8 @@ impl ClipsSink {
         let tb = st.time_base;
         let mut err = None;
         for p in &taken.packets {
-            if c.epoch.is_some_and(|e| e != p.epoch) {
+            // (A file that loops or restarts goes on where it was: no gap.)
+            if c.epoch.is_some_and(|e| e != p.epoch) && p.pts - c.last_pts > 2 * p.duration.max(1) {
                 // A new connection or input: the time it was away is a gap of the clip.
                 c.gaps.push((Self::secs(tb, c.last_pts), Self::secs(tb, p.pts)));
             }
