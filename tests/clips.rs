@@ -317,6 +317,12 @@ fn serve_lists_and_gives_the_clips() {
     let on_disk = std::fs::read(clip["path"].as_str().unwrap()).unwrap_or_else(|e| panic!("{listed}: {e}"));
     assert_eq!(std::fs::read(&got).unwrap(), on_disk, "the download is the clip's file");
     decodes(&got);
+    // The ring and the clips in /metrics.
+    let (code, m) = curl(&s.url("/metrics"), &["-H", &auth]);
+    assert_eq!(code, 200);
+    let ring = m.lines().find(|l| l.starts_with("infer_stream_clip_ring_bytes{") && l.contains("stream=\"cam\"")).expect(&m);
+    assert!(ring.rsplit(' ').next().unwrap().parse::<f64>().unwrap() > 0.0, "{ring}");
+    assert!(m.lines().any(|l| l.starts_with("infer_stream_clips_written_total{") && l.ends_with(" 1")), "{m}");
     let (code, body) = curl(&s.url("/v1/clips"), &[]);
     assert_eq!(code, 401, "{body}");
     let (code, body) = curl(&s.url("/v1/clips/999999"), &["-H", &auth]);
