@@ -36,6 +36,8 @@ pub struct RingPacket {
     pub key: bool,
     /// The connection this packet came over (a camera that came back starts a new one).
     pub epoch: u64,
+    /// The demuxer gave no presentation timestamp (`pts` is the dts): an AVI's B-frames.
+    pub no_pts: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

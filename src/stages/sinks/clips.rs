@@ -194,6 +194,13 @@ impl ClipsSink {
         let tb = st.time_base;
         let mut err = None;
         for p in &taken.packets {
+            if p.no_pts {
+                err = Some(format!(
+                    "{}: the source's packets carry no presentation timestamps (an AVI with B-frames): copied, its frames would play out of order; remux the source first (ffmpeg -fflags +genpts -i IN -c copy OUT.mp4)",
+                    c.shown
+                ));
+                break;
+            }
             // (A file that loops or restarts goes on where it was: no gap.)
             if c.epoch.is_some_and(|e| e != p.epoch) && p.pts - c.last_pts > 2 * p.duration.max(1) {
                 // A new connection or input: the time it was away is a gap of the clip.

@@ -233,9 +233,9 @@ impl FileSource {
         let (offset, epoch) = (self.pts_offset, ring.epoch());
         self.decoder.set_packet_tap(Box::new(move |p| {
             let Some(dts) = p.dts().or(p.pts()) else { return };
-            let pts = p.pts().unwrap_or(dts);
+            let (pts, no_pts) = (p.pts().unwrap_or(dts), p.pts().is_none());
             let (duration, key) = (p.duration(), p.is_key());
-            ring.push(crate::runtime::clips::RingPacket { packet: p, pts: pts + offset, dts: dts + offset, duration, key, epoch });
+            ring.push(crate::runtime::clips::RingPacket { packet: p, pts: pts + offset, dts: dts + offset, duration, key, epoch, no_pts });
         }));
     }
 

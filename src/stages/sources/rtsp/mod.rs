@@ -383,7 +383,7 @@ impl Source for RtspSource {
                 let (epoch, tb, clock) = (ring.epoch(), decoder.info.time_base, clock.clone());
                 decoder.set_packet_tap(Box::new(move |p| {
                     let Some(dts) = p.dts().or(p.pts()) else { return };
-                    let pts = p.pts().unwrap_or(dts);
+                    let (pts, no_pts) = (p.pts().unwrap_or(dts), p.pts().is_none());
                     let now = Instant::now();
                     let (pts_ms, dts_ms, end_ms) = {
                         let mut c = lock_clock(&clock);
@@ -391,7 +391,7 @@ impl Source for RtspSource {
                     };
                     let key = p.is_key();
                     let duration = (end_ms - pts_ms).max(0);
-                    ring.push(crate::runtime::clips::RingPacket { packet: p, pts: pts_ms, dts: dts_ms, duration, key, epoch });
+                    ring.push(crate::runtime::clips::RingPacket { packet: p, pts: pts_ms, dts: dts_ms, duration, key, epoch, no_pts });
                 }));
             }
             // Models may have loaded for a while since the connect: the watchdog counts from now.
