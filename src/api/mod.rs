@@ -5,6 +5,7 @@
 //! through the runtime's narrow [`Control`] handle, never a stage.
 
 pub mod auth;
+pub mod clips;
 pub mod grpc;
 pub mod health;
 pub mod infer;
@@ -158,6 +159,7 @@ pub fn router(state: ApiState, max_body: usize) -> Router {
         .merge(streams::routes())
         .merge(results::routes())
         .merge(health::routes())
+        .merge(clips::routes())
         // Request/response inference routes are merged here.
         .merge(infer::routes())
         .merge(live::routes())

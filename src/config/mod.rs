@@ -7,6 +7,7 @@
 //! collected across all nodes rather than stopping at the first.
 
 pub mod api;
+pub mod clip_path;
 pub mod diag;
 pub mod fetch_hint;
 mod kinds;

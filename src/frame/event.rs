@@ -49,10 +49,32 @@ pub enum EventKind {
         dwell_ms: Option<u64>,
         track_ended: bool,
     },
+    /// A `clips` sink closed a clip (docs/clips.md).
+    Clip(Box<ClipInfo>),
     /// An event a `python` stage returned: its name (`event`), the stage, and
     /// the other fields as given.
     Custom { name: String, stage: Arc<str>, fields: serde_json::Map<String, Value> },
 }
+
+/// A clip a `clips` sink wrote: where, which span of the source's timeline
+/// (seconds), how many frames, the events that made it, and the stretches
+/// the stream was away within it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClipInfo {
+    pub sink: Arc<str>,
+    pub path: String,
+    pub start_pts: f64,
+    pub end_pts: f64,
+    pub frames: u64,
+    /// (event name, frame `seq`) of each trigger, in order.
+    pub triggers: Vec<(String, u64)>,
+    /// (from, to) in seconds of the source's timeline: the stream was lost in between.
+    pub gaps: Vec<(f64, f64)>,
+    /// The clip ended early: the pipeline stopped, or the stream ended.
+    pub cut: bool,
+}
+
+impl Eq for ClipInfo {}
 
 /// The track an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +141,7 @@ impl Event {
             EventKind::Crossed { .. } => "crossed",
             EventKind::Entered { .. } => "entered",
             EventKind::Left { .. } => "left",
+            EventKind::Clip(_) => "clip",
             EventKind::Custom { name, .. } => name,
         }
     }
@@ -162,6 +185,16 @@ impl Event {
                     v["dwell_ms"] = json!(d);
                 }
                 v["track_ended"] = json!(track_ended);
+            }
+            EventKind::Clip(c) => {
+                v["sink"] = json!(&*c.sink);
+                v["path"] = json!(c.path);
+                v["start_pts"] = json!(c.start_pts);
+                v["end_pts"] = json!(c.end_pts);
+                v["frames"] = json!(c.frames);
+                v["triggers"] = c.triggers.iter().map(|(e, s)| json!({"event": e, "seq": s})).collect();
+                v["gaps"] = c.gaps.iter().map(|(a, b)| json!({"from": a, "to": b})).collect();
+                v["cut"] = json!(c.cut);
             }
             EventKind::Custom { stage, fields, .. } => {
                 v["stage"] = json!(&**stage);

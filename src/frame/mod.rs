@@ -11,7 +11,7 @@ pub mod ticket;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use event::{Direction, Event, EventKind, TrackRef};
+pub use event::{ClipInfo, Direction, Event, EventKind, TrackRef};
 pub use letterbox::Letterbox;
 pub use pool::{Pool, PoolBuf};
 pub use ticket::{Accounting, Counts, InputEnd, InputToken, OnInputEnd, Ticket};

@@ -95,6 +95,7 @@ fn output_type(kind: &NodeKind) -> DataType {
         | NodeKind::Subtitles(_)
         | NodeKind::Images(_)
         | NodeKind::Video(_)
+        | NodeKind::Clips(_)
         | NodeKind::Kafka(_)
         | NodeKind::Mqtt(_) => DataType::Nothing,
     }
@@ -302,6 +303,7 @@ pub fn check(cfg: &PipelineConfig) -> Result<Graph, Diagnostics> {
     settings::check_crop_orientation(cfg, &mut diags);
     settings::check_gating(cfg, &producers, &mut diags);
     settings::check_video_sinks(cfg, &producers, &mut diags);
+    settings::check_clips(cfg, &producers, &mut diags);
     files::check_output_files(cfg, &producers, &mut diags);
     for node in &cfg.nodes {
         diags.0.extend(crate::bus::check_settings(cfg, node));

@@ -564,6 +564,104 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
     }
 }
 
+/// A `clips` sink: times in range, a path template it can fill, retention it
+/// can read, and only sources whose packets it can copy (`file`: files,
+/// URLs, RTSP cameras). With a `redact` stage upstream a clip of the
+/// source's packets would show what the stage hides: refused until clips
+/// can be re-encoded from redacted frames (`annotated`).
+pub(super) fn check_clips(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        let NodeKind::Clips(c) = &node.kind else { continue };
+        let name = &node.name;
+        for (v, key, min) in [(&c.pre_s, "pre_s", 0.0), (&c.post_s, "post_s", 0.0), (&c.max_s, "max_s", 0.001)] {
+            let x = *v.get_ref();
+            if !(x.is_finite() && x >= min && x <= 3600.0) {
+                diags.push(cfg.diag(v.span(), format!("clips sink `{name}`: {key} = {x} is out of range (0 to 3600 seconds)")));
+            }
+        }
+        if *c.max_s.get_ref() <= *c.pre_s.get_ref() {
+            diags.push(
+                cfg.diag(c.max_s.span(), format!("clips sink `{name}`: max_s must be more than pre_s"))
+                    .with_help("max_s is the longest clip, pre-roll included"),
+            );
+        }
+        match c.on.get_ref() {
+            crate::config::ClipTrigger::Events(k) if k.is_empty() => {
+                diags.push(cfg.diag(c.on.span(), format!("clips sink `{name}`: `on` lists no event")).with_help(
+                    "name event kinds (`[\"crossed\", \"entered\"]`) or a detection filter (`{ classes = [\"person\"], min_score = 0.5 }`)",
+                ))
+            }
+            crate::config::ClipTrigger::Detections(f) if !(0.0..=1.0).contains(&f.min_score) => {
+                diags.push(cfg.diag(c.on.span(), format!("clips sink `{name}`: min_score must be within 0 to 1")))
+            }
+            _ => {}
+        }
+        if let Ok(t) = cfg.expand(&c.path) {
+            let f = crate::config::clip_path::Fill { stream: "s", start: 0, event: "e", seq: 0 };
+            if let Err(e) = crate::config::clip_path::fill(&t, &f) {
+                diags.push(cfg.diag(c.path.span(), format!("clips sink `{name}`: {e}")));
+            }
+        }
+        if let Some(r) = &c.retain {
+            if let Some(Err(e)) = r.max_age.as_ref().map(|a| crate::config::parse_age(a.get_ref())) {
+                diags.push(cfg.diag(r.max_age.as_ref().expect("set").span(), format!("clips sink `{name}`: max_age: {e}")));
+            }
+            if let Some(Err(e)) = r.max_bytes.as_ref().map(|b| crate::config::parse_bytes(b.get_ref())) {
+                diags.push(cfg.diag(r.max_bytes.as_ref().expect("set").span(), format!("clips sink `{name}`: max_bytes: {e}")));
+            }
+        }
+        if *c.annotated.get_ref() {
+            diags.push(
+                cfg.diag(
+                    c.annotated.span(),
+                    format!("clips sink `{name}`: annotated clips (re-encoded with the results drawn) are not available yet"),
+                )
+                .with_help("leave `annotated` out: clips are the source's own packets, copied"),
+            );
+        }
+        let up = upstream_nodes(producers, i);
+        if let Some(r) = up.iter().find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Redact(_))) {
+            diags.push(
+                cfg.diag(node.kind_span.clone(), format!("clips sink `{name}`: stage `{}` redacts the frames, but clips copy the source's own packets, which it never touched", cfg.nodes[*r].name))
+                    .with_help("a clip must never show what the pipeline redacts: take the clips sink out of a redacting pipeline (clips re-encoded from redacted frames are not available yet)"),
+            );
+        }
+        for &j in &up {
+            let src = &cfg.nodes[j];
+            let ok = match &src.kind {
+                NodeKind::File(f) => *f.backend.get_ref() != crate::config::DecodeBackend::Gstreamer,
+                NodeKind::Rtsp(r) => r.media == crate::config::MediaKind::Video,
+                _ => false,
+            };
+            if src.role == crate::config::Role::Source && !ok {
+                diags.push(
+                    cfg.diag(
+                        node.kind_span.clone(),
+                        format!(
+                            "clips sink `{name}`: source `{}` (kind `{}`) has no compressed packets to copy",
+                            src.name,
+                            src.kind.name()
+                        ),
+                    )
+                    .with_help("clips are made from `file` sources (files, URLs) decoded by FFmpeg and `rtsp` cameras' video"),
+                );
+            }
+        }
+    }
+}
+
+/// Every node upstream of `i`.
+fn upstream_nodes(producers: &[Vec<usize>], i: usize) -> Vec<usize> {
+    let mut seen = vec![false; producers.len()];
+    let mut todo = producers[i].clone();
+    while let Some(j) = todo.pop() {
+        if !std::mem::replace(&mut seen[j], true) {
+            todo.extend(producers[j].iter().copied());
+        }
+    }
+    (0..producers.len()).filter(|&j| seen[j]).collect()
+}
+
 #[cfg(test)]
 mod url_tests {
     use crate::graph::check;

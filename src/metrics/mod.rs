@@ -505,6 +505,53 @@ impl Collector for Metrics {
                     .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
             }
         }
+        // Event clips: each stream's packet ring, each clips sink's clips.
+        let hub = w.nodes.iter().find_map(|s| s.clips.get().cloned());
+        let rings = hub.as_ref().map(|h| h.rings()).unwrap_or_default();
+        family(
+            &mut enc,
+            "infer_stream_clip_ring_bytes",
+            "Bytes of compressed video a stream's clip ring holds now (the last pre_s seconds and a GOP).",
+            None,
+            MetricType::Gauge,
+            rings.iter().map(|r| ([("pipeline", p), ("stream", &*r.stream)], ConstGauge::new(r.bytes.load(Ordering::Relaxed)))),
+        )?;
+        family(
+            &mut enc,
+            "infer_stream_clip_ring_overflows",
+            "GOPs a stream's clip ring dropped early to stay within its byte bound.",
+            None,
+            MetricType::Counter,
+            rings.iter().map(|r| ([("pipeline", p), ("stream", &*r.stream)], ConstCounter::new(r.overflows.load(Ordering::Relaxed)))),
+        )?;
+        let counts = hub.as_ref().map(|h| h.all_counts()).unwrap_or_default();
+        for (name, help, pick) in [
+            (
+                "infer_stream_clips_written",
+                "Clips a clips sink wrote.",
+                (|c: &crate::runtime::clips::ClipCounts| &c.written) as fn(&crate::runtime::clips::ClipCounts) -> &AtomicU64,
+            ),
+            ("infer_stream_clips_failed", "Clips a clips sink could not write (after the first, it makes no more).", |c| &c.failed),
+            ("infer_stream_clips_deleted", "Clips retention deleted (max_age, max_bytes).", |c| &c.deleted),
+            ("infer_stream_clips_deleted_bytes", "Bytes of the clips retention deleted.", |c| &c.deleted_bytes),
+        ] {
+            family(
+                &mut enc,
+                name,
+                help,
+                None,
+                MetricType::Counter,
+                counts.iter().map(|(s, c)| ([("pipeline", p), ("sink", s.as_str())], ConstCounter::new(get(pick(c))))),
+            )?;
+        }
+        family(
+            &mut enc,
+            "infer_stream_clips_bytes",
+            "Bytes of a clips sink's clips on disk, as its retention last counted them.",
+            None,
+            MetricType::Gauge,
+            counts.iter().map(|(s, c)| ([("pipeline", p), ("sink", s.as_str())], ConstGauge::new(get(&c.bytes)))),
+        )?;
         // Batch sizes formed by batching stages.
         let mut fam = enc.encode_descriptor(
             "infer_stream_node_batch_size",

@@ -548,4 +548,9 @@ impl Control {
         }
         Ok(())
     }
+
+    /// Event clips written and still on disk, oldest first (none without a `clips` sink).
+    pub fn clips(&self) -> Vec<super::clips::ClipRecord> {
+        self.nodes.iter().find_map(|n| n.clips.get()).map(|h| h.list()).unwrap_or_default()
+    }
 }

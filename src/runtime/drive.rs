@@ -459,6 +459,9 @@ pub(super) fn run_node(
             if let Err(e) = &finished {
                 sd.fail(format!("sink `{name}`: {e}"));
             }
+            if let Some(hub) = sink.clip_hub() {
+                hub.sink_done();
+            }
             let losses = sink.output_losses();
             st.losses.fetch_add(losses.lost, Ordering::Relaxed);
             st.reconnects.fetch_add(losses.reconnects, Ordering::Relaxed);

@@ -2,6 +2,7 @@
 //! between them, frames accounted for, and an orderly drain on shutdown.
 
 pub mod added;
+pub mod clips;
 pub mod control;
 pub mod dynamic;
 pub mod ends;
@@ -337,6 +338,11 @@ impl Pipeline {
             {
                 let _ = st.delivery.set(d);
             }
+            if let Body::Sink(s) = &nodes[i].body
+                && let Some(h) = s.clip_hub()
+            {
+                let _ = st.clips.set(h);
+            }
         }
         let replies = nodes
             .iter()
@@ -454,6 +460,21 @@ impl Pipeline {
         false
     }
 
+    /// Event clips: a closed clip's event goes to every sink but the clips
+    /// sinks (into their queues, as stream events do), and to the live feed
+    /// when a clips sink is the one that publishes it.
+    fn connect_clips(&self, queues: &[Option<Queue>]) {
+        let is_clips = |i: usize| matches!(&self.nodes[i].body, Body::Sink(s) if s.clip_hub().is_some());
+        let Some(hub) = (0..self.nodes.len()).find_map(|i| self.stats[i].clips.get().cloned()) else { return };
+        let others = (0..self.nodes.len())
+            .filter(|&i| matches!(self.nodes[i].body, Body::Sink(_)) && !is_clips(i))
+            .filter_map(|i| queues[i].as_ref().map(|q| q.tx.clone()))
+            .collect();
+        let first_sink = self.nodes.iter().position(|n| matches!(n.body, Body::Sink(_)));
+        let results = self.results.clone().filter(|_| first_sink.is_some_and(is_clips));
+        hub.connect(others, (0..self.nodes.len()).filter(|&i| is_clips(i)).count(), results);
+    }
+
     /// Run to completion (or until `shutdown`), then report.
     pub fn run(self, shutdown: Arc<Shutdown>, acct: Arc<Accounting>, on_tick: Option<Tick<'_>>) -> RunReport {
         let started = Instant::now();
@@ -485,6 +506,7 @@ impl Pipeline {
                     .collect(),
             })
             .collect();
+        self.connect_clips(&queues);
         let providers: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.provider.clone()?))).collect();
         let decoders: Vec<(String, String)> = self.nodes.iter().filter_map(|n| Some((n.name.to_string(), n.decode.clone()?))).collect();
         let mut inputs: Vec<Option<Receiver<Msg>>> = queues.into_iter().map(|q| q.map(|q| q.rx)).collect();

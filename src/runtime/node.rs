@@ -112,6 +112,10 @@ pub trait Sink: Send {
     fn output_losses(&self) -> OutputLosses {
         OutputLosses::default()
     }
+    /// `clips` sinks: the hub they share with the sources' packet rings.
+    fn clip_hub(&self) -> Option<Arc<super::clips::ClipHub>> {
+        None
+    }
     /// Message-bus sinks: their live delivery counters (summary, report, `/metrics`).
     fn delivery(&self) -> Option<Arc<crate::bus::Delivery>> {
         None

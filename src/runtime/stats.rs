@@ -152,6 +152,8 @@ pub struct NodeStats {
     pub undelivered: AtomicU64,
     /// Message-bus sinks: delivered, retried, spooled, spool bytes, latency, errors.
     pub delivery: std::sync::OnceLock<Arc<crate::bus::Delivery>>,
+    /// `clips` sinks: the hub of packet rings and clips (`/metrics`, `/v1/clips`).
+    pub clips: std::sync::OnceLock<Arc<super::clips::ClipHub>>,
     /// When this sink wrote its first frame.
     pub first_out: std::sync::OnceLock<std::time::Instant>,
     /// Batches formed, by size (index = size; batching stages only).
@@ -196,6 +198,7 @@ impl NodeStats {
             loops: AtomicU64::new(0),
             undelivered: AtomicU64::new(0),
             delivery: std::sync::OnceLock::new(),
+            clips: std::sync::OnceLock::new(),
             corrupt_bursts: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             capacity: AtomicUsize::new(0),
@@ -288,7 +291,7 @@ impl NodeStats {
             EventKind::Crossed { line, track, direction, .. } => ("line", line, track, direction.name()),
             EventKind::Entered { zone, track, .. } => ("zone", zone, track, "entered"),
             EventKind::Left { zone, track, .. } => ("zone", zone, track, "left"),
-            EventKind::Lost { .. } | EventKind::Reconnected { .. } | EventKind::Custom { .. } => return,
+            EventKind::Lost { .. } | EventKind::Reconnected { .. } | EventKind::Clip(_) | EventKind::Custom { .. } => return,
         };
         let key = CountKey { stream: e.stream.clone(), kind, name: name.clone(), class: track.class_name(), what };
         *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(0) += 1;

@@ -41,6 +41,8 @@ pub struct BuildCtx<'a> {
     /// The inputs and outputs of each model built so far (checked against
     /// the stages they feed once every node is built).
     pub(super) models: &'a RefCell<ModelIo>,
+    /// Event clips: the hub of packet rings, when the pipeline has a `clips` sink.
+    pub clips: Option<Arc<crate::runtime::clips::ClipHub>>,
     /// This run's id, in every message the bus sinks send (docs/messages.md).
     #[cfg(feature = "bus")]
     pub run: &'a crate::bus::RunId,

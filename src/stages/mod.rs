@@ -97,6 +97,7 @@ fn builder(kind: &NodeKind) -> &dyn Build {
         NodeKind::Null(c) => c,
         NodeKind::Images(c) => c,
         NodeKind::Video(c) => c,
+        NodeKind::Clips(c) => c,
         NodeKind::Subtitles(c) => c,
         #[cfg(feature = "bus")]
         NodeKind::Kafka(c) => c,
@@ -127,6 +128,16 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     } else {
         None
     };
+    // Event clips: the sources keep their packets only when a `clips` sink will use them.
+    let keep_s = cfg
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Clips(c) => Some(*c.pre_s.get_ref()),
+            _ => None,
+        })
+        .reduce(f64::max);
+    let clips = keep_s.filter(|_| !opts.null_sinks).map(crate::runtime::clips::ClipHub::new);
     for (i, node) in cfg.nodes.iter().enumerate() {
         // A template of streams added at run time opens nothing now.
         if sources::template::is_template(node) {
@@ -154,6 +165,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
                 pool_size,
                 ort,
                 models: &models,
+                clips: clips.clone(),
                 #[cfg(feature = "bus")]
                 run: &run,
             };

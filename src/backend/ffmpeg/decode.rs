@@ -88,6 +88,8 @@ pub struct VideoDecoder {
     pub info: StreamInfo,
     /// Reading ended because the interrupt asked it to (the pipeline is stopping).
     interrupted: bool,
+    /// Event clips: given each packet of the video stream once the decoder has it.
+    tap: Option<super::remux::PacketTap>,
     /// Last, so stdin's mode comes back after the input is closed.
     _stdin: Option<NonBlockingStdin>,
 }
@@ -241,8 +243,21 @@ impl VideoDecoder {
             largest_packet: 0,
             info,
             interrupted: false,
+            tap: None,
             _stdin: stdin,
         })
+    }
+
+    /// Hand each packet of the video stream, unchanged, to `tap` (event clips).
+    pub fn set_packet_tap(&mut self, tap: super::remux::PacketTap) {
+        self.tap = Some(tap);
+    }
+
+    /// The video stream's codec parameters and time base, for a muxer of its packets.
+    pub fn stream_params(&self) -> Option<super::remux::StreamParams> {
+        let s = self.input.stream(self.stream_index)?;
+        // A copy of its own: the stream's parameters would keep the whole input open.
+        Some(super::remux::StreamParams { params: s.parameters().clone(), time_base: self.info.time_base, codec: self.info.codec.clone() })
     }
 
     /// The next decoded frame, or `None` at the end of the stream. Corrupt data is
@@ -436,6 +451,9 @@ impl VideoDecoder {
                     if let Err(e) = self.decoder.send_packet(&packet) {
                         tracing::debug!(path = %self.path, error = %e, "packet rejected");
                         self.damaged(packet.pts());
+                    }
+                    if let Some(tap) = &mut self.tap {
+                        tap(super::remux::TappedPacket(packet));
                     }
                     return;
                 }

@@ -20,6 +20,7 @@ mod hw;
 mod input;
 mod output;
 mod picture;
+mod remux;
 mod scale;
 mod setup;
 
@@ -35,6 +36,7 @@ pub use hw::{CudaPlanes, HELD_SURFACES, HwDevice, cuda_planes, frame_ref};
 pub use input::{DEFAULT_MAX_PIXELS, InputOptions, Interrupt, input_format_exists, pixel_format_exists, shown_name};
 pub use output::{OutputSpec, VideoEncoder};
 pub use picture::{copy_to_image, turn_image, turn_picture};
+pub use remux::{ClipMuxer, PacketTap, StreamParams, TappedPacket};
 pub use scale::{Scaler, sws_flags};
 pub use setup::{hwaccels, init, versions};
 

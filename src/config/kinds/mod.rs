@@ -44,6 +44,7 @@ pub enum NodeKind {
     Subtitles(SubtitlesSinkConfig),
     Images(ImagesSinkConfig),
     Video(VideoSinkConfig),
+    Clips(ClipsSinkConfig),
     AudioLevel(AudioLevelConfig),
     Null(NullSinkConfig),
     Track(TrackConfig),
@@ -79,6 +80,7 @@ impl NodeKind {
             NodeKind::Subtitles(_) => "subtitles",
             NodeKind::Images(_) => "images",
             NodeKind::Video(_) => "video",
+            NodeKind::Clips(_) => "clips",
             NodeKind::AudioLevel(_) => "audio_level",
             NodeKind::Null(_) => "null",
             NodeKind::Track(_) => "track",
@@ -110,7 +112,7 @@ const STAGE_KINDS: &[&str] = &[
     "redact",
     "python",
 ];
-const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "null", "kafka", "mqtt"];
+const SINK_KINDS: &[&str] = &["ndjson", "subtitles", "images", "video", "clips", "null", "kafka", "mqtt"];
 
 pub fn kinds_for(role: Role) -> &'static [&'static str] {
     match role {
@@ -142,6 +144,7 @@ pub(super) fn deserialize_kind<'de, D: Deserializer<'de>>(role: Role, kind: &str
         (Role::Sink, "subtitles") => NodeKind::Subtitles(SubtitlesSinkConfig::deserialize(d)?),
         (Role::Sink, "images") => NodeKind::Images(ImagesSinkConfig::deserialize(d)?),
         (Role::Sink, "video") => NodeKind::Video(VideoSinkConfig::deserialize(d)?),
+        (Role::Sink, "clips") => NodeKind::Clips(ClipsSinkConfig::deserialize(d)?),
         (Role::Stage, "audio_level") => NodeKind::AudioLevel(AudioLevelConfig::deserialize(d)?),
         (Role::Stage, "track") => NodeKind::Track(TrackConfig::deserialize(d)?),
         (Role::Source, "detections") => NodeKind::Detections(DetectionsSourceConfig::deserialize(d)?),

@@ -325,3 +325,118 @@ fn mqtt_qos() -> u8 {
 fn mqtt_keep_alive() -> u64 {
     30
 }
+
+/// What starts a clip: event kinds (`["crossed", "entered"]`), or a filter on
+/// detections (`{ classes = ["person"], min_score = 0.5 }`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ClipTrigger {
+    Events(Vec<String>),
+    Detections(ClipDetectionFilter),
+}
+
+/// A frame with a detection of one of `classes` (any class when empty) scoring at least `min_score` starts a clip.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClipDetectionFilter {
+    /// Class names (or numbers, as text) that count; empty: any.
+    #[serde(default)]
+    pub classes: Vec<String>,
+    /// The lowest score that counts (default 0.5).
+    #[serde(default = "clip_min_score")]
+    pub min_score: f32,
+}
+
+fn clip_min_score() -> f32 {
+    0.5
+}
+
+/// How long and how much of its clips a `clips` sink keeps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClipRetain {
+    /// Clips older than this are deleted: `"90s"`, `"30m"`, `"12h"`, `"7d"`.
+    pub max_age: Option<Spanned<String>>,
+    /// The oldest clips are deleted while all together take more: `"500MB"`, `"20GB"`.
+    pub max_bytes: Option<Spanned<String>>,
+}
+
+/// `kind = "clips"`: a clip of the source's own compressed video around each
+/// event (`pre_s` before, `post_s` after), remuxed into fragmented mp4 without
+/// re-encoding; overlapping events make one clip.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClipsSinkConfig {
+    /// What starts a clip: event kinds, or a filter on detections.
+    pub on: Spanned<ClipTrigger>,
+    /// Seconds before the event (the clip starts at the keyframe at or before it).
+    #[serde(default = "clip_pre_s")]
+    pub pre_s: Spanned<f64>,
+    /// Seconds after the last event of the clip.
+    #[serde(default = "clip_post_s")]
+    pub post_s: Spanned<f64>,
+    /// The longest clip in seconds: events that keep coming extend a clip up to this.
+    #[serde(default = "clip_max_s")]
+    pub max_s: Spanned<f64>,
+    /// Where clips go: `{stream}`, `{start:%Y%m%d-%H%M%S}` (UTC), `{event}`, `{seq}` are filled in.
+    #[serde(default = "clip_path")]
+    pub path: Spanned<String>,
+    /// Re-encode with the results drawn (not available yet: clips are the source's packets).
+    #[serde(default = "no_annotated")]
+    pub annotated: Spanned<bool>,
+    /// Retention: the oldest clips are deleted past `max_age` or `max_bytes`.
+    pub retain: Option<ClipRetain>,
+}
+
+fn no_annotated() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
+fn clip_pre_s() -> Spanned<f64> {
+    Spanned::new(0..0, 5.0)
+}
+fn clip_post_s() -> Spanned<f64> {
+    Spanned::new(0..0, 5.0)
+}
+fn clip_max_s() -> Spanned<f64> {
+    Spanned::new(0..0, 60.0)
+}
+fn clip_path() -> Spanned<String> {
+    Spanned::new(0..0, "clips/{stream}/{start:%Y%m%d-%H%M%S}-{event}.mp4".into())
+}
+
+/// `"7d"`, `"12h"`, `"30m"`, `"90s"` (or a plain number of seconds) in seconds.
+pub fn parse_age(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+    let n: f64 =
+        num.parse().map_err(|_| format!("`{text}` is not an age: write a number and a unit, as \"7d\", \"12h\", \"30m\", \"90s\""))?;
+    let mult = match unit.trim() {
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        u => return Err(format!("`{text}`: unknown unit `{u}` (use s, m, h or d)")),
+    };
+    Ok(n * mult).and_then(|v| if v > 0.0 && v.is_finite() { Ok(v) } else { Err(format!("`{text}` must be more than 0")) })
+}
+
+/// `"20GB"`, `"500MB"`, `"64KiB"`, `"1000"` (bytes) in bytes.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+    let n: f64 = num.parse().map_err(|_| format!("`{text}` is not a size: write a number and a unit, as \"500MB\", \"20GB\""))?;
+    let mult: f64 = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1.0,
+        "KB" | "K" => 1e3,
+        "MB" | "M" => 1e6,
+        "GB" | "G" => 1e9,
+        "TB" | "T" => 1e12,
+        "KIB" => 1024.0,
+        "MIB" => 1024.0 * 1024.0,
+        "GIB" => 1024.0 * 1024.0 * 1024.0,
+        "TIB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => return Err(format!("`{text}`: unknown unit `{u}` (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")),
+    };
+    let v = n * mult;
+    if v >= 1.0 && v.is_finite() { Ok(v as u64) } else { Err(format!("`{text}` must be at least 1 byte")) }
+}

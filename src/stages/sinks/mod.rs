@@ -2,6 +2,8 @@
 
 #[cfg(feature = "bus")]
 pub mod bus;
+pub mod clip_files;
+pub mod clips;
 pub mod draw;
 pub mod images;
 #[cfg(feature = "bus")]

@@ -37,6 +37,8 @@ pub struct FileSource {
     rotate: bool,
     /// The quarter turn (degrees clockwise) applied to each frame, when one is.
     turn: Option<u32>,
+    /// Event clips: where this stream's compressed packets are kept (a `clips` sink is in the pipeline).
+    ring: Option<Arc<crate::runtime::clips::PacketRing>>,
 }
 
 /// How this source decodes, as resolved at build time.
@@ -196,6 +198,7 @@ impl FileSource {
             stop,
             rotate,
             turn,
+            ring: None,
         }))
     }
 }
@@ -215,6 +218,27 @@ pub fn input_options(cfg: &PipelineConfig, c: &FileSourceConfig) -> Result<Input
 }
 
 impl FileSource {
+    /// Event clips: keep this stream's packets in `ring`.
+    pub fn with_ring(mut self, ring: Arc<crate::runtime::clips::PacketRing>) -> Self {
+        self.ring = Some(ring);
+        self.tap_packets();
+        self
+    }
+
+    /// Hand the decoder's packets to the ring, on the frames' timeline (the
+    /// stream's time base, shifted as the frames are after a restart).
+    fn tap_packets(&mut self) {
+        let Some(ring) = self.ring.clone() else { return };
+        ring.start(self.decoder.stream_params(), self.decoder.info.time_base);
+        let (offset, epoch) = (self.pts_offset, ring.epoch());
+        self.decoder.set_packet_tap(Box::new(move |p| {
+            let Some(dts) = p.dts().or(p.pts()) else { return };
+            let (pts, no_pts) = (p.pts().unwrap_or(dts), p.pts().is_none());
+            let (duration, key) = (p.duration(), p.is_key());
+            ring.push(crate::runtime::clips::RingPacket { packet: p, pts: pts + offset, dts: dts + offset, duration, key, epoch, no_pts });
+        }));
+    }
+
     /// The input as messages name it: its path (password masked), or `stdin`.
     fn display_name(&self) -> String {
         shown_name(&self.path)
@@ -275,6 +299,7 @@ impl Source for FileSource {
         let (num, den) = self.decoder.info.time_base;
         let step = self.decoder.info.fps.map_or(1, |f| ((den as f64 / num.max(1) as f64) / f).round().max(1.0) as i64);
         self.pts_offset = self.last_pts.map_or(self.pts_offset, |p| p + step);
+        self.tap_packets();
         Ok(())
     }
 
@@ -382,7 +407,11 @@ impl Build for FileSourceConfig {
                 .diag(self.backend.span(), format!("source `{}`: this build has no GStreamer backend", cx.node.name))
                 .with_help("build with the `gstreamer` feature (on by default), or use backend = \"ffmpeg\""));
         }
-        FileSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames(), cx.opts.shutdown.as_ref())
-            .map(|s| Body::Source(s.boxed()))
+        let built = FileSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames(), cx.opts.shutdown.as_ref())?;
+        let built = match (built, &cx.clips) {
+            (super::Built::Ready(s), Some(hub)) => super::Built::Ready(s.with_ring(hub.ring(&cx.name))),
+            (b, _) => b,
+        };
+        Ok(Body::Source(built.boxed()))
     }
 }

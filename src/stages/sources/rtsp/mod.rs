@@ -80,6 +80,8 @@ pub struct RtspSource {
     probe_at: Option<(String, u16)>,
     threads: usize,
     decoder: Option<Conn>,
+    /// Event clips: where this stream's compressed packets are kept (a `clips` sink is in the pipeline).
+    ring: Option<Arc<crate::runtime::clips::PacketRing>>,
     /// `media = "audio"`: (sample rate, window, hop).
     audio: Option<super::AudioWindows>,
     audio_pool: Pool<f32>,
@@ -126,6 +128,7 @@ impl RtspSource {
             probe_at,
             threads: c.decoder_threads,
             decoder: None,
+            ring: None,
             audio,
             audio_pool: Pool::new(pool_size),
             watch: Arc::new(Watch::new()),
@@ -355,7 +358,7 @@ impl Source for RtspSource {
 
     fn run(&mut self, ctx: &mut SourceCtx<'_>) -> Result<(), String> {
         let _ = self.watch.shutdown.set(ctx.shutdown());
-        let mut clock = Clock::new(Instant::now());
+        let clock = Arc::new(std::sync::Mutex::new(Clock::new(Instant::now())));
         let mut seq = 0u64;
         let mut bad = 0u64;
         let mut connected_at = Instant::now();
@@ -372,7 +375,25 @@ impl Source for RtspSource {
         // Audio: the sample index of the next window, and when the first connection started.
         let (mut audio_next, first_connect) = (0u64, Instant::now());
         let result = 'streams: loop {
+            let ring = self.ring.clone();
             let Some(conn) = self.decoder.as_mut() else { break Ok(()) };
+            // Event clips: this connection's packets into the ring, on the frames' timeline (ms).
+            if let (Some(ring), Conn::Video(decoder)) = (ring, &mut *conn) {
+                ring.start(decoder.stream_params(), (1, 1000));
+                let (epoch, tb, clock) = (ring.epoch(), decoder.info.time_base, clock.clone());
+                decoder.set_packet_tap(Box::new(move |p| {
+                    let Some(dts) = p.dts().or(p.pts()) else { return };
+                    let (pts, no_pts) = (p.pts().unwrap_or(dts), p.pts().is_none());
+                    let now = Instant::now();
+                    let (pts_ms, dts_ms, end_ms) = {
+                        let mut c = lock_clock(&clock);
+                        (c.map(pts, tb, now), c.map(dts, tb, now), c.map(pts + p.duration(), tb, now))
+                    };
+                    let key = p.is_key();
+                    let duration = (end_ms - pts_ms).max(0);
+                    ring.push(crate::runtime::clips::RingPacket { packet: p, pts: pts_ms, dts: dts_ms, duration, key, epoch, no_pts });
+                }));
+            }
             // Models may have loaded for a while since the connect: the watchdog counts from now.
             self.watch.arm(self.watchdog);
             let lost = match conn {
@@ -401,7 +422,7 @@ impl Source for RtspSource {
                             }
                         };
                         let now = Instant::now();
-                        let f = ctx.new_frame(seq, Some(clock.stamp(pts, tb, now)), (1, 1000), Some(Arc::new(image)));
+                        let f = ctx.new_frame(seq, Some(lock_clock(&clock).stamp(pts, tb, now)), (1, 1000), Some(Arc::new(image)));
                         seq += 1;
                         if !ctx.emit(f) {
                             break None;
@@ -465,7 +486,7 @@ impl Source for RtspSource {
             tracing::warn!("source `{}`: stream lost: {reason}; reconnecting", ctx.name);
             match self.reconnect(ctx, lost_at, "stream lost and not back after", "reconnected") {
                 Ok(true) => {
-                    clock.new_connection();
+                    lock_clock(&clock).new_connection();
                     connected_at = Instant::now();
                     continue 'streams;
                 }
@@ -478,9 +499,18 @@ impl Source for RtspSource {
     }
 }
 
+/// The connection's clock, shared with the packet tap of event clips.
+fn lock_clock(c: &std::sync::Mutex<Clock>) -> std::sync::MutexGuard<'_, Clock> {
+    c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Build for RtspSourceConfig {
     fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
-        RtspSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames()).map(|s| Body::Source(Box::new(s)))
+        let mut src = RtspSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames())?;
+        if src.audio.is_none() {
+            src.ring = cx.clips.as_ref().map(|h| h.ring(&cx.name));
+        }
+        Ok(Body::Source(Box::new(src)))
     }
 }
 

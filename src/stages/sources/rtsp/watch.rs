@@ -93,6 +93,17 @@ impl Clock {
         self.anchor = None;
     }
 
+    /// A packet's time on the frames' timeline (event clips): the camera's
+    /// `pts` from the connection's anchor, which the first packet sets when
+    /// no frame has yet. Frames and packets so share one timeline.
+    pub(super) fn map(&mut self, pts: i64, time_base: (i32, i32), now: Instant) -> i64 {
+        let wall = now.saturating_duration_since(self.origin).as_millis() as i64;
+        let (num, den) = time_base;
+        let c = (pts as i128 * num as i128 * 1000 / den.max(1) as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let (c0, w0) = *self.anchor.get_or_insert((c, wall));
+        w0.saturating_add(c.saturating_sub(c0))
+    }
+
     pub(super) fn stamp(&mut self, pts: Option<i64>, time_base: (i32, i32), now: Instant) -> i64 {
         let wall = now.saturating_duration_since(self.origin).as_millis() as i64;
         let (num, den) = time_base;
