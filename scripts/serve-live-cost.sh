@@ -100,16 +100,16 @@ PY
 done
 for _ in $(seq 100); do [ "$(pipeline | jq .live.viewers)" = 3 ] && break; sleep 0.05; done
 # The fps over the whole stall; pictures encoded for the stalled viewers over
-# its last two thirds (by then their buffers and sockets are full, and they
-# count as stalled).
+# its last third (by then the sockets and the server's buffers are full, a
+# few hundred KB of small pictures, and the viewers count as stalled).
 f0=$(frames); t0=$(now)
-sleep "$((STALL / 3))"
+sleep "$((STALL * 2 / 3))"
 enc2=$(pipeline | jq .live.encoded)
-sleep "$((STALL - STALL / 3))"
+sleep "$((STALL - STALL * 2 / 3))"
 fs=$(($(frames) - f0)); ts=$(echo "$(now) - $t0" | bc)
 drop1=$(pipeline | jq .live.dropped); enc3=$(pipeline | jq .live.encoded)
 stop_viewers
-echo "a stalled viewer per stream:        $(fps "$fs" "$ts") fps ($fs frames in $(printf %.1f "$ts") s; $((drop1 - drop0)) pictures dropped for them, $((enc3 - enc2)) encoded in its last $((STALL - STALL / 3)) s)"
+echo "a stalled viewer per stream:        $(fps "$fs" "$ts") fps ($fs frames in $(printf %.1f "$ts") s; $((drop1 - drop0)) pictures dropped for them, $((enc3 - enc2)) encoded in its last $((STALL - STALL * 2 / 3)) s)"
 read -r fb tb < <(window "$STALL")
 echo "after the stall, no viewer:         $(fps "$fb" "$tb") fps ($fb frames in $(printf %.1f "$tb") s)"
 

@@ -131,7 +131,8 @@ inputs = ["boxes", "plain"]
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.to_lowercase().contains("content-type: image/jpeg"), "{head}");
     let img = image::load_from_memory(&door).unwrap();
-    assert_eq!((img.width(), img.height()), (1280, 720));
+    // The 1280x720 clip scaled down to the live pictures' width, aspect kept.
+    assert_eq!((img.width(), img.height()), (960, 540));
     let (_, raw) = snap("raw");
     let (drawn, plain) = (green(&door), green(&raw));
     assert!(drawn > 500 && drawn > 10 * plain.max(1), "text boxes drawn: {drawn} green pixels with detection, {plain} without");
