@@ -330,6 +330,43 @@ fn serve_lists_and_gives_the_clips() {
     assert_eq!((code, json_of(&body)["status"].as_u64()), (404, Some(404)), "{body}");
 }
 
+/// A stream added at run time to a `serve` template keeps its own ring:
+/// its crossings make clips of its own packets (byte-identical to the file's),
+/// listed under its id; removed, its ring goes from /metrics.
+#[test]
+fn a_stream_added_to_serve_gets_clips_and_its_ring_goes_with_it() {
+    require_assets();
+    use util::serve::{Serve, add, curl, json_of, wait_for};
+    let dir = tempfile::tempdir().unwrap();
+    let p = example(
+        dir.path(),
+        &[("kind = \"file\"\nuri = ", "kind = \"file\"\ndynamic = true\nrealtime = true\nrestart = \"always\"\nuri = ")],
+    );
+    let s = Serve::start(&std::fs::read_to_string(&p).unwrap(), &[]);
+    let (code, body) = add(&s, serde_json::json!({ "source": "cam", "id": "added-1" }));
+    assert_eq!(code, 201, "{body}");
+    let mut listed = serde_json::Value::Null;
+    wait_for("a clip of the added stream", std::time::Duration::from_secs(120), || {
+        listed = json_of(&curl(&s.url("/v1/clips"), &[]).1);
+        !listed["clips"].as_array().unwrap().is_empty()
+    });
+    let clip = &listed["clips"][0];
+    assert_eq!(clip["stream"], "added-1", "{listed}\n{}", s.log());
+    let file = PathBuf::from(clip["path"].as_str().unwrap());
+    decodes(&file);
+    let source: Vec<String> = packets(&root().join("samples/plates.mp4")).into_iter().map(|p| p.hash).collect();
+    let copied: Vec<String> = packets(&file).into_iter().map(|p| p.hash).collect();
+    assert!(
+        !copied.is_empty() && source.windows(copied.len()).any(|w| w == copied.as_slice()),
+        "the clip's packets are a run of the file's"
+    );
+    let ring = |m: &str| m.lines().any(|l| l.starts_with("infer_stream_clip_ring_bytes{") && l.contains("stream=\"added-1\""));
+    assert!(ring(&curl(&s.url("/metrics"), &[]).1), "no ring of the added stream in /metrics");
+    let (code, body) = curl(&s.url("/v1/streams/added-1"), &["-X", "DELETE"]);
+    assert_eq!(code, 200, "{body}");
+    wait_for("its ring gone from /metrics", std::time::Duration::from_secs(20), || !ring(&curl(&s.url("/metrics"), &[]).1));
+}
+
 /// An RTSP camera (GStreamer's RTSP server) that drops and comes back while a
 /// clip is being made: the clip goes on over the new connection, the time the
 /// camera was away is in its `gaps`, and the file decodes without an error.

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crossbeam_channel::Sender;
 
@@ -251,7 +251,9 @@ pub struct ClipCounts {
 /// What the sources and clips sinks of one pipeline share.
 pub struct ClipHub {
     keep_s: f64,
-    rings: Mutex<BTreeMap<String, Arc<PacketRing>>>,
+    /// Held by the sources (and the clips sinks, while their stream runs):
+    /// a stream removed at run time takes its ring with it.
+    rings: Mutex<BTreeMap<String, Weak<PacketRing>>>,
     /// Every sink's queue but the clips sinks': where a clip's event goes.
     announce: Mutex<Option<Vec<Sender<Msg>>>>,
     /// The live results feed, when a clips sink is the one that publishes it.
@@ -284,22 +286,28 @@ impl ClipHub {
         })
     }
 
-    /// The ring of `stream` (made on first ask).
+    /// The ring of `stream` (made on first ask; again once the last holder
+    /// let the old one go, as for a stream added again after its removal).
     pub fn ring(&self, stream: &str) -> Arc<PacketRing> {
-        lock(&self.rings)
-            .entry(stream.to_string())
-            .or_insert_with(|| Arc::new(PacketRing::new(Arc::from(stream), self.keep_s, RING_MAX_BYTES)))
-            .clone()
+        let mut rings = lock(&self.rings);
+        if let Some(r) = rings.get(stream).and_then(Weak::upgrade) {
+            return r;
+        }
+        let r = Arc::new(PacketRing::new(Arc::from(stream), self.keep_s, RING_MAX_BYTES));
+        rings.insert(stream.to_string(), Arc::downgrade(&r));
+        r
     }
 
     /// The ring of `stream`, if its source keeps one.
     pub fn find_ring(&self, stream: &str) -> Option<Arc<PacketRing>> {
-        lock(&self.rings).get(stream).cloned()
+        lock(&self.rings).get(stream).and_then(Weak::upgrade)
     }
 
-    /// Every ring, by stream.
+    /// Every ring still held, by stream (the ones let go are forgotten).
     pub fn rings(&self) -> Vec<Arc<PacketRing>> {
-        lock(&self.rings).values().cloned().collect()
+        let mut rings = lock(&self.rings);
+        rings.retain(|_, r| r.strong_count() > 0);
+        rings.values().filter_map(Weak::upgrade).collect()
     }
 
     /// A clips sink's counters (made on first ask).

@@ -141,7 +141,7 @@ pub fn build(cfg: &PipelineConfig, graph: &Graph, opts: &BuildOptions) -> Result
     for (i, node) in cfg.nodes.iter().enumerate() {
         // A template of streams added at run time opens nothing now.
         if sources::template::is_template(node) {
-            match sources::template::build(cfg, node, i as u32, pool_size, opts.max_frames) {
+            match sources::template::build(cfg, node, i as u32, pool_size, opts.max_frames, clips.clone()) {
                 Ok(Some(t)) => bodies.push(Body::Source(Box::new(t))),
                 Ok(None) => {}
                 Err(d) => diags.push(d),

@@ -346,6 +346,8 @@ impl Sink for ClipsSink {
         if let Some(s) = self.streams.keys().find(|k| &***k == stream).cloned() {
             self.pump(&s);
             self.close(&s, true);
+            // Its ring goes with its source (a stream removed at run time); one that goes on is found again.
+            self.streams.remove(&s);
         }
         Ok(())
     }

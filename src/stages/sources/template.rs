@@ -6,10 +6,12 @@
 //! `schemes`, `hosts`, `roots`) before anything is opened.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::config::{Diagnostic, NodeConfig, NodeKind, PipelineConfig, is_url, mask_credentials};
+use crate::runtime::clips::ClipHub;
 use crate::runtime::dynamic::DynamicSource;
 use crate::runtime::node::{Prepared, Template};
 use crate::stages::Source;
@@ -49,6 +51,7 @@ pub fn build(
     index: u32,
     pool_size: usize,
     max_frames: Option<u64>,
+    clips: Option<Arc<ClipHub>>,
 ) -> Result<Option<DynamicSource>, Diagnostic> {
     let kind = node.kind.name();
     let (allow, max_streams, rules) = match &node.kind {
@@ -82,7 +85,7 @@ pub fn build(
     let file = cfg.file.clone();
     let name = node.name.clone();
     let prepare = Box::new(move |id: &str, fields: &Map<String, Value>| {
-        prepare(&file, &name, kind, &rules, &settings, &table, index, pool_size, max_frames, id, fields)
+        prepare(&file, &name, kind, &rules, &settings, &table, (index, pool_size, max_frames, clips.clone()), id, fields)
     });
     let describe = format!(
         "template of streams added at run time (they may set: {})",
@@ -99,9 +102,7 @@ fn prepare(
     rules: &UriRules,
     settings: &toml::Table,
     table: &toml::Table,
-    index: u32,
-    pool_size: usize,
-    max_frames: Option<u64>,
+    (index, pool_size, max_frames, clips): (u32, usize, Option<u64>, Option<Arc<ClipHub>>),
     id: &str,
     fields: &Map<String, Value>,
 ) -> Result<Prepared, String> {
@@ -150,16 +151,21 @@ fn prepare(
     };
     let shown = mask_credentials(&uri).into_owned();
     check_uri(&cfg, kind, &uri).map_err(|e| format!("`uri` {shown}: {e}"))?;
+    // Event clips: an added stream keeps its packets in a ring of its own id, as a source of the file does.
+    let id = id.to_string();
     let build = Box::new(move || -> Result<Box<dyn Source>, String> {
         let node = &cfg.nodes[0];
         let shown = |d: Diagnostic| mask_credentials(&d.message).into_owned();
         match &node.kind {
             NodeKind::Rtsp(c) => super::rtsp::RtspSource::build(&cfg, node, c, index, pool_size, max_frames)
-                .map(|s| Box::new(s) as Box<dyn Source>)
+                .map(|s| Box::new(s.with_ring(clips.as_deref(), &id)) as Box<dyn Source>)
                 .map_err(shown),
-            NodeKind::File(c) => {
-                super::file::FileSource::build(&cfg, node, c, index, pool_size, max_frames, None).map(|s| s.boxed()).map_err(shown)
-            }
+            NodeKind::File(c) => super::file::FileSource::build(&cfg, node, c, index, pool_size, max_frames, None)
+                .map(|b| match (b, &clips) {
+                    (super::Built::Ready(s), Some(hub)) => super::Built::Ready(s.with_ring(hub.ring(&id))).boxed(),
+                    (b, _) => b.boxed(),
+                })
+                .map_err(shown),
             _ => Err("not an rtsp or file source".into()),
         }
     });

@@ -506,11 +506,18 @@ fn lock_clock(c: &std::sync::Mutex<Clock>) -> std::sync::MutexGuard<'_, Clock> {
 
 impl Build for RtspSourceConfig {
     fn build(&self, cx: &BuildCtx<'_>) -> Result<Body, Diagnostic> {
-        let mut src = RtspSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames())?;
-        if src.audio.is_none() {
-            src.ring = cx.clips.as_ref().map(|h| h.ring(&cx.name));
+        let src = RtspSource::build(cx.cfg, cx.node, self, cx.index as u32, cx.pool_size, cx.max_frames())?;
+        Ok(Body::Source(Box::new(src.with_ring(cx.clips.as_deref(), &cx.name))))
+    }
+}
+
+impl RtspSource {
+    /// Keep the camera's packets in `stream`'s ring of event clips (a video camera, with a `clips` sink).
+    pub fn with_ring(mut self, clips: Option<&crate::runtime::clips::ClipHub>, stream: &str) -> Self {
+        if self.audio.is_none() {
+            self.ring = clips.map(|h| h.ring(stream));
         }
-        Ok(Body::Source(Box::new(src)))
+        self
     }
 }
 
