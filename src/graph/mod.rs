@@ -19,7 +19,7 @@ mod warnings;
 pub use machine::check_machine;
 pub use models::check_models;
 pub use render::{to_dot, to_mermaid};
-pub use settings::is_raw_pcm;
+pub use settings::{is_raw_pcm, upstream_nodes as upstream};
 pub use warnings::warnings;
 
 use crate::config::{Diagnostic, Diagnostics, Layout, NodeKind, PipelineConfig, Role, diag};

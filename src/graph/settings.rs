@@ -566,9 +566,8 @@ fn check_rtsp(cfg: &PipelineConfig, name: &str, r: &crate::config::RtspSourceCon
 
 /// A `clips` sink: times in range, a path template it can fill, retention it
 /// can read, and only sources whose packets it can copy (`file`: files,
-/// URLs, RTSP cameras). With a `redact` stage upstream a clip of the
-/// source's packets would show what the stage hides: refused until clips
-/// can be re-encoded from redacted frames (`annotated`).
+/// URLs, RTSP cameras). (With a `redact` stage upstream its clips are
+/// re-encoded from the redacted frames: a warning, `graph::warnings`.)
 pub(super) fn check_clips(cfg: &PipelineConfig, producers: &[Vec<usize>], diags: &mut Diagnostics) {
     for (i, node) in cfg.nodes.iter().enumerate() {
         let NodeKind::Clips(c) = &node.kind else { continue };
@@ -610,22 +609,7 @@ pub(super) fn check_clips(cfg: &PipelineConfig, producers: &[Vec<usize>], diags:
                 diags.push(cfg.diag(r.max_bytes.as_ref().expect("set").span(), format!("clips sink `{name}`: max_bytes: {e}")));
             }
         }
-        if *c.annotated.get_ref() {
-            diags.push(
-                cfg.diag(
-                    c.annotated.span(),
-                    format!("clips sink `{name}`: annotated clips (re-encoded with the results drawn) are not available yet"),
-                )
-                .with_help("leave `annotated` out: clips are the source's own packets, copied"),
-            );
-        }
         let up = upstream_nodes(producers, i);
-        if let Some(r) = up.iter().find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Redact(_))) {
-            diags.push(
-                cfg.diag(node.kind_span.clone(), format!("clips sink `{name}`: stage `{}` redacts the frames, but clips copy the source's own packets, which it never touched", cfg.nodes[*r].name))
-                    .with_help("a clip must never show what the pipeline redacts: take the clips sink out of a redacting pipeline (clips re-encoded from redacted frames are not available yet)"),
-            );
-        }
         for &j in &up {
             let src = &cfg.nodes[j];
             let ok = match &src.kind {
@@ -651,7 +635,7 @@ pub(super) fn check_clips(cfg: &PipelineConfig, producers: &[Vec<usize>], diags:
 }
 
 /// Every node upstream of `i`.
-fn upstream_nodes(producers: &[Vec<usize>], i: usize) -> Vec<usize> {
+pub fn upstream_nodes(producers: &[Vec<usize>], i: usize) -> Vec<usize> {
     let mut seen = vec![false; producers.len()];
     let mut todo = producers[i].clone();
     while let Some(j) = todo.pop() {

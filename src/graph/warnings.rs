@@ -24,6 +24,24 @@ pub fn warnings(cfg: &PipelineConfig, graph: &Graph) -> Vec<Diagnostic> {
                     .into_warning(),
             );
         }
+        if let NodeKind::Clips(c) = &node.kind
+            && !*c.annotated.get_ref()
+            && let Some(&r) =
+                super::settings::upstream_nodes(&graph.producers, i).iter().find(|&&j| matches!(cfg.nodes[j].kind, NodeKind::Redact(_)))
+        {
+            out.push(
+                cfg.diag(
+                    node.kind_span.clone(),
+                    format!(
+                        "clips sink `{}`: stage `{}` redacts the frames, and a clip of the source's own packets would show what it hides: \
+                         its clips are re-encoded from the redacted frames, with the results drawn (annotated = true, forced)",
+                        node.name, cfg.nodes[r].name
+                    ),
+                )
+                .with_help("write `annotated = true` to say so (re-encoding costs an encode of every frame)")
+                .into_warning(),
+            );
+        }
         if let NodeKind::Infer(c) = &node.kind
             && let Some(b) = &c.batch
             && b.get_ref().max.get() > 1

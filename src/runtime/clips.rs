@@ -84,6 +84,11 @@ pub struct Taken {
 }
 
 impl PacketRing {
+    /// A ring of a clips sink's own (annotated clips: the packets it encodes), outside the hub.
+    pub fn standalone(stream: Arc<str>, keep_s: f64) -> Self {
+        Self::new(stream, keep_s, RING_MAX_BYTES)
+    }
+
     fn new(stream: Arc<str>, keep_s: f64, max_bytes: usize) -> Self {
         PacketRing {
             stream,

@@ -11,7 +11,9 @@
 //! - `scale`: swscale;
 //! - `audio`: the audio decoder and resampler;
 //! - `encode`: choosing and opening video encoders, device pictures for NVENC;
-//! - `output`: the encoder + muxer writing a file, stdout or a server.
+//! - `output`: the encoder + muxer writing a file, stdout or a server;
+//! - `remux`: event clips' packets copied into fragmented mp4;
+//! - `reencode`: event clips re-encoded, packets for the same muxer.
 
 mod audio;
 mod decode;
@@ -20,6 +22,7 @@ mod hw;
 mod input;
 mod output;
 mod picture;
+mod reencode;
 mod remux;
 mod scale;
 mod setup;
@@ -36,6 +39,7 @@ pub use hw::{CudaPlanes, HELD_SURFACES, HwDevice, cuda_planes, frame_ref};
 pub use input::{DEFAULT_MAX_PIXELS, InputOptions, Interrupt, input_format_exists, pixel_format_exists, shown_name};
 pub use output::{OutputSpec, VideoEncoder};
 pub use picture::{copy_to_image, turn_image, turn_picture};
+pub use reencode::ClipEncoder;
 pub use remux::{ClipMuxer, PacketTap, StreamParams, TappedPacket};
 pub use scale::{Scaler, sws_flags};
 pub use setup::{hwaccels, init, versions};

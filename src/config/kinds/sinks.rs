@@ -381,7 +381,8 @@ pub struct ClipsSinkConfig {
     /// Where clips go: `{stream}`, `{start:%Y%m%d-%H%M%S}` (UTC), `{event}`, `{seq}` are filled in.
     #[serde(default = "clip_path")]
     pub path: Spanned<String>,
-    /// Re-encode with the results drawn (not available yet: clips are the source's packets).
+    /// Clips of the frames with the results drawn, re-encoded, rather than the
+    /// source's packets copied (forced when a `redact` stage is upstream).
     #[serde(default = "no_annotated")]
     pub annotated: Spanned<bool>,
     /// Retention: the oldest clips are deleted past `max_age` or `max_bytes`.

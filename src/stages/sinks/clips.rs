@@ -4,12 +4,16 @@
 //! fragmented mp4; events overlapping an open clip extend it (up to
 //! `max_s`). The packets come from the stream's ring, which the runtime
 //! keeps (`runtime::clips`); this sink owns the clips' files, their events
-//! and retention. A write error stops new clips (said, counted), never the pipeline.
+//! and retention. With `annotated` (forced when a `redact` stage is
+//! upstream) the packets are the sink's own encode of the frames it gets,
+//! results drawn (`clip_annotate`). A write error stops new clips (said,
+//! counted), never the pipeline.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::clip_annotate::Annotator;
 use super::clip_files;
 use crate::backend::ffmpeg::ClipMuxer;
 use crate::config::clip_path::{self, Fill};
@@ -50,6 +54,8 @@ struct StreamState {
     recent: VecDeque<(u64, i64)>,
     time_base: (i32, i32),
     open: Option<OpenClip>,
+    /// Annotated clips: this stream's encoder and ring.
+    annotator: Option<Annotator>,
 }
 
 pub struct ClipsSink {
@@ -70,6 +76,10 @@ pub struct ClipsSink {
     streams: HashMap<Arc<str>, StreamState>,
     /// Why new clips are no longer made (a write error).
     stopped: Option<String>,
+    /// Annotated clips: the encoder they are made with (`None`: the source's packets, copied).
+    annotated: Option<crate::backend::ffmpeg::ChosenEncoder>,
+    /// Seconds the rings keep before an event.
+    keep_s: f64,
 }
 
 impl ClipsSink {
@@ -120,6 +130,8 @@ impl ClipsSink {
             c.triggers.push((event.to_string(), seq));
             return;
         }
+        // The open clip ends before this one: what it still has in the ring first.
+        self.pump(stream);
         self.close(stream, false);
         if let Some(why) = &self.stopped {
             tracing::debug!("clips sink `{}`: no clip for `{event}` on `{stream}`: {why}", self.name);
@@ -281,6 +293,14 @@ impl ClipsSink {
         self.retain();
     }
 
+    /// The encoder's last pictures into the ring (the stream ended).
+    fn flush_annotator(&mut self, stream: &Arc<str>) {
+        let Some(a) = self.streams.get_mut(stream).and_then(|s| s.annotator.as_mut()) else { return };
+        if let Err(e) = a.flush() {
+            tracing::warn!("clips sink `{}`: stream `{stream}`: the encoder's last pictures: {e}", self.name);
+        }
+    }
+
     /// Delete the oldest clips past `max_age` / `max_bytes`.
     fn retain(&mut self) {
         if self.max_age.is_none() && self.max_bytes.is_none() {
@@ -305,9 +325,20 @@ impl Sink for ClipsSink {
         let hub = self.hub.clone();
         let st = self.streams.entry(frame.stream.clone()).or_default();
         st.time_base = frame.time_base;
-        if st.ring.is_none() {
+        if let Some(encoder) = &self.annotated {
+            let a = st.annotator.get_or_insert_with(|| Annotator::new(&frame.stream, self.keep_s, encoder.clone()));
+            st.ring.get_or_insert_with(|| a.ring());
+            if let Err(e) = a.push(frame) {
+                // Clips stop (said, counted); the pipeline goes on.
+                if self.stopped.is_none() {
+                    self.fail(&frame.stream, format!("annotating frame {}: {e}", frame.seq));
+                }
+                return Ok(());
+            }
+        } else if st.ring.is_none() {
             st.ring = hub.find_ring(&frame.stream);
         }
+        let st = self.streams.get_mut(&frame.stream).expect("made above");
         if let Some(r) = &st.ring {
             r.seen(self.sink_no, pts);
         }
@@ -344,6 +375,7 @@ impl Sink for ClipsSink {
 
     fn end_stream(&mut self, stream: &str) -> Result<(), String> {
         if let Some(s) = self.streams.keys().find(|k| &***k == stream).cloned() {
+            self.flush_annotator(&s);
             self.pump(&s);
             self.close(&s, true);
             // Its ring goes with its source (a stream removed at run time); one that goes on is found again.
@@ -355,6 +387,7 @@ impl Sink for ClipsSink {
     fn finish(&mut self) -> Result<(), String> {
         let streams: Vec<Arc<str>> = self.streams.keys().cloned().collect();
         for s in streams {
+            self.flush_annotator(&s);
             self.pump(&s);
             self.close(&s, true);
         }
@@ -363,8 +396,15 @@ impl Sink for ClipsSink {
 
     fn describe(&self) -> String {
         format!(
-            "clips {} ({} s before, {} s after, at most {} s; packets copied, not re-encoded)",
-            self.template, self.pre_s, self.post_s, self.max_s
+            "clips {} ({} s before, {} s after, at most {} s; {})",
+            self.template,
+            self.pre_s,
+            self.post_s,
+            self.max_s,
+            match &self.annotated {
+                Some(e) => format!("annotated: every frame drawn and encoded with {}", e.name),
+                None => "packets copied, not re-encoded".into(),
+            }
         )
     }
 
@@ -387,6 +427,19 @@ impl Build for ClipsSinkConfig {
             None => (None, None),
         };
         let counts = hub.counts(&cx.name);
+        // A clip must never show what a `redact` stage upstream hides: then it is re-encoded from the redacted frames.
+        let redacted = crate::graph::upstream(&cx.graph.producers, cx.index)
+            .into_iter()
+            .any(|j| matches!(cx.cfg.nodes[j].kind, crate::config::NodeKind::Redact(_)));
+        let annotated = if *self.annotated.get_ref() || redacted {
+            let settings = crate::backend::ffmpeg::EncoderSettings { codec: "libx264".into(), preset: Some("veryfast".into()), crf: None };
+            Some(
+                crate::backend::ffmpeg::choose_encoder(&settings)
+                    .map_err(|e| cx.cfg.diag(self.annotated.span(), format!("clips sink `{}`: {e}", cx.name)))?,
+            )
+        } else {
+            None
+        };
         let mut sink = ClipsSink {
             name: cx.name.clone(),
             sink_no: cx.index,
@@ -402,6 +455,8 @@ impl Build for ClipsSinkConfig {
             max_bytes,
             streams: HashMap::new(),
             stopped: None,
+            annotated,
+            keep_s: *self.pre_s.get_ref(),
         };
         // Clips of earlier runs count towards retention from the start.
         sink.retain();

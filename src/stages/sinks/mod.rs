@@ -2,6 +2,7 @@
 
 #[cfg(feature = "bus")]
 pub mod bus;
+pub mod clip_annotate;
 pub mod clip_files;
 pub mod clips;
 pub mod draw;
