@@ -196,6 +196,30 @@ fn retention_deletes_the_oldest_clips_past_max_bytes() {
     assert!(err.contains("(retention)"), "{err}");
 }
 
+/// `max_age`: clips older than it go (those of earlier runs at the start), newer ones stay.
+#[test]
+fn retention_deletes_the_clips_past_max_age() {
+    require_assets();
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("clips/cam");
+    std::fs::create_dir_all(&folder).unwrap();
+    let (old, recent) = (folder.join("old.mp4"), folder.join("recent.mp4"));
+    std::fs::write(&old, vec![0u8; 1000]).unwrap();
+    std::fs::write(&recent, vec![0u8; 1000]).unwrap();
+    // Two hours old, and ten minutes old, by their modification times.
+    for (f, ago) in [(&old, "2 hours ago"), (&recent, "10 minutes ago")] {
+        assert!(Command::new("touch").args(["-d", ago]).arg(f).status().unwrap().success());
+    }
+    let p = example(dir.path(), &[("max_age = \"7d\"", "max_age = \"1h\"")]);
+    let o = bin().arg("run").arg(&p).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!old.exists(), "a clip past max_age is kept: {err}");
+    assert!(recent.exists(), "a clip within max_age is deleted: {err}");
+    assert!(!clips_in(&read_ndjson(&dir.path().join("clips.ndjson"))).is_empty(), "{err}");
+    assert!(err.contains("old.mp4 (retention)"), "{err}");
+}
+
 #[test]
 fn a_clip_that_cannot_be_written_stops_clips_not_the_pipeline() {
     require_assets();
