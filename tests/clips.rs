@@ -12,6 +12,7 @@ mod util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use util::clips::{clips_in, decodes};
 use util::*;
 
 const FPS: f64 = 15.0;
@@ -69,21 +70,6 @@ fn frame(file: &Path, n: u64) -> Vec<u8> {
     assert!(o.status.success(), "ffmpeg {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.stdout.len(), 1280 * 720, "{}: frame {n} not decoded", file.display());
     o.stdout
-}
-
-/// The whole file decodes without an error.
-fn decodes(file: &Path) {
-    let o = Command::new("ffmpeg").args(["-v", "error", "-nostdin", "-i"]).arg(file).args(["-f", "null", "-"]).output().unwrap();
-    assert!(
-        o.status.success() && o.stderr.is_empty(),
-        "{} does not decode cleanly: {}",
-        file.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn clips_in(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
-    lines.iter().filter(|l| l["event"] == "clip").collect()
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod util;
 use std::path::Path;
 use std::process::Command;
 
+use util::clips::{clips_in, decodes};
 use util::*;
 
 /// Frame `n` (presentation order) of `file`, decoded by the ffmpeg CLI to RGB (`w`x`h`).
@@ -24,20 +25,6 @@ fn rgb(file: &Path, n: u64, (w, h): (usize, usize)) -> Vec<u8> {
     assert!(o.status.success(), "ffmpeg {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.stdout.len(), w * h * 3, "{}: frame {n} not decoded", file.display());
     o.stdout
-}
-
-fn decodes(file: &Path) {
-    let o = Command::new("ffmpeg").args(["-v", "error", "-nostdin", "-i"]).arg(file).args(["-f", "null", "-"]).output().unwrap();
-    assert!(
-        o.status.success() && o.stderr.is_empty(),
-        "{} does not decode cleanly: {}",
-        file.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn clips_in(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
-    lines.iter().filter(|l| l["event"] == "clip").collect()
 }
 
 /// Pixels in the tracks' orange or the text boxes' green (after an encode: loosely).

@@ -26,8 +26,27 @@ fn python() -> PathBuf {
     p
 }
 
-/// Tracks and a line (`gate`) and a zone (`right`) on the plates, as pipelines/lines.toml: events for the feed.
-const COUNTS: &str = r#"
+/// PP-OCRv4 text detection on `{INPUT}`, then tracks and a line (`gate`) and
+/// a zone (`right`) on the plates, as pipelines/lines.toml: boxes to draw,
+/// events for the feed. (`{root}`: filled by `Serve`.)
+const STAGES: &str = r#"[stages.pre]
+kind = "preprocess"
+inputs = ["{INPUT}"]
+width = 640
+height = 384
+color = "bgr"
+mean = [0.5, 0.5, 0.5]
+std = [0.5, 0.5, 0.5]
+
+[stages.det]
+kind = "infer"
+inputs = ["pre"]
+model = "{root}/models/ppocr/ch_PP-OCRv4_det_infer.onnx"
+
+[stages.boxes]
+kind = "text_detection"
+inputs = ["det"]
+
 [stages.tracks]
 kind = "track"
 inputs = ["boxes"]
@@ -88,30 +107,13 @@ realtime = true
 restart = "always"
 restart_backoff_ms = 0
 
-[stages.pre]
-kind = "preprocess"
-inputs = ["clips"]
-width = 640
-height = 384
-color = "bgr"
-mean = [0.5, 0.5, 0.5]
-std = [0.5, 0.5, 0.5]
-
-[stages.det]
-kind = "infer"
-inputs = ["pre"]
-model = "{{root}}/models/ppocr/ch_PP-OCRv4_det_infer.onnx"
-
-[stages.boxes]
-kind = "text_detection"
-inputs = ["det"]
-{COUNTS}
+{{STAGES}}
 [sinks.out]
 kind = "null"
 inputs = ["counts", "cams"]
 "#
     )
-    .replace("{COUNTS}", COUNTS);
+    .replace("{STAGES}", &STAGES.replace("{INPUT}", "clips"));
     let s = Serve::start(&pipeline, &[]);
     let auth = format!("Authorization: Bearer {OPERATOR}");
     for (source, id) in [("cams", "door"), ("clips", "plates")] {
@@ -206,31 +208,14 @@ realtime = true
 restart = "always"
 restart_backoff_ms = 0
 
-[stages.pre]
-kind = "preprocess"
-inputs = ["plates"]
-width = 640
-height = 384
-color = "bgr"
-mean = [0.5, 0.5, 0.5]
-std = [0.5, 0.5, 0.5]
-
-[stages.det]
-kind = "infer"
-inputs = ["pre"]
-model = "{{root}}/models/ppocr/ch_PP-OCRv4_det_infer.onnx"
-
-[stages.boxes]
-kind = "text_detection"
-inputs = ["det"]
-{{COUNTS}}
+{{STAGES}}
 [sinks.out]
 kind = "null"
 inputs = ["counts"]
 "#,
         d = dir.path().display()
     )
-    .replace("{COUNTS}", COUNTS);
+    .replace("{STAGES}", &STAGES.replace("{INPUT}", "plates"));
     let s = Serve::start(&pipeline, &[]);
     assert!(s.url("").starts_with("https://"), "the API is not on TLS: {}", s.url(""));
     let port = free_port();

@@ -369,15 +369,21 @@ mod tests {
         Arc::new(Image::rgb24(4, 4, buf))
     }
 
-    #[test]
-    fn no_viewer_no_encode_and_a_slow_viewer_loses_its_oldest_counted() {
-        let hub = LiveHub::new(1e6);
+    /// A renderer that counts its pictures (each is its frame's seq).
+    fn counting_renderer(hub: &LiveHub) -> Arc<AtomicU64> {
         let count = Arc::new(AtomicU64::new(0));
         let c = count.clone();
         hub.set_renderer(Box::new(move |s: &Still| {
             c.fetch_add(1, Ordering::Relaxed);
             Ok(s.seq.to_le_bytes().to_vec())
         }));
+        count
+    }
+
+    #[test]
+    fn no_viewer_no_encode_and_a_slow_viewer_loses_its_oldest_counted() {
+        let hub = LiveHub::new(1e6);
+        let count = counting_renderer(&hub);
         let s: Arc<str> = Arc::from("a");
         let img = image();
         for i in 0..5 {
@@ -408,12 +414,7 @@ mod tests {
     #[test]
     fn a_viewer_that_stopped_reading_costs_no_encode_until_it_reads() {
         let hub = LiveHub::with_stall(1e6, Duration::from_millis(100));
-        let count = Arc::new(AtomicU64::new(0));
-        let c = count.clone();
-        hub.set_renderer(Box::new(move |s: &Still| {
-            c.fetch_add(1, Ordering::Relaxed);
-            Ok(s.seq.to_le_bytes().to_vec())
-        }));
+        let count = counting_renderer(&hub);
         let s: Arc<str> = Arc::from("a");
         let img = image();
         let stalled = hub.watch("a", 1e6);

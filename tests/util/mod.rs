@@ -3,6 +3,7 @@
 
 pub mod brokers;
 pub mod certs;
+pub mod clips;
 pub mod prometheus;
 pub mod serve;
 pub mod served;
